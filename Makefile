@@ -1,0 +1,32 @@
+# kvlab — every target sets itself up on a fresh machine (Python 3.11 with venv).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test bench lab clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+## make demo — replay the bundled Mooncake traces; table on stdout, figures in out/demo/
+demo: $(STAMP)
+	$(BIN)/kvlab demo --out out/demo
+
+## make test — unit, property, golden and doctest suites plus every notebook (smoke mode)
+test: $(STAMP)
+	KVLAB_SMOKE=1 $(BIN)/python -m pytest -q --nbmake --nbmake-timeout=300 tests kvlab notebooks
+
+## make bench — speed measured against the named anchors; JSON in benchmarks/results/
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_replay.py --out benchmarks/results/bench_replay.json
+
+## make lab — JupyterLab on the notebooks
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks
+
+clean:
+	rm -rf $(VENV) out .hypothesis
