@@ -1,0 +1,42 @@
+"""kvlab — a Jupyter-first lab for KV-cache management in LLM serving.
+
+Layers (one concern per package; a layer imports only layers above it, and only
+``viz``, ``ui`` and ``cli`` import altair or ipywidgets):
+
+=================  =====================================================================
+package            owns
+=================  =====================================================================
+``kvlab.traces``   real and synthetic workloads as a :class:`~kvlab.traces.Trace`
+``kvlab.policies`` eviction policies as small plug-ins (reference class + numba hooks)
+``kvlab.sim``      cache-level replay (numba kernels), capacity sweeps
+``kvlab.viz``      altair chart builders: polars frame in, chart out
+``kvlab.ui``       ipywidgets panels composing ``sim`` and ``viz``
+``kvlab.cli``      the ``kvlab`` command
+=================  =====================================================================
+
+Example:
+    >>> import kvlab
+    >>> trace = kvlab.load_trace(kvlab.bundled_trace_path("conversation"))
+    >>> result = kvlab.replay(trace, capacity_blocks=None)
+    >>> round(result.summary.block_hit_ratio, 4)
+    0.3664
+"""
+
+from kvlab.paths import bundled_trace_path, data_dir
+from kvlab.sim import ReplayConfig, ReplayResult, replay, sweep
+from kvlab.traces import Trace, TraceFormatError, load_mooncake, load_trace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ReplayConfig",
+    "ReplayResult",
+    "Trace",
+    "TraceFormatError",
+    "bundled_trace_path",
+    "data_dir",
+    "load_mooncake",
+    "load_trace",
+    "replay",
+    "sweep",
+]

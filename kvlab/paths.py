@@ -1,0 +1,50 @@
+"""Where kvlab finds its bundled data (``data/`` at the repository root).
+
+Set ``KVLAB_DATA`` to point elsewhere (a copy of the repository's ``data/`` folder).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: Bundled real traces by short name → path relative to the data folder.
+BUNDLED_TRACES: dict[str, str] = {
+    "conversation": "traces/mooncake/conversation_trace.jsonl",
+    "synthetic": "traces/mooncake/synthetic_trace.jsonl",
+}
+
+
+def data_dir() -> Path:
+    """Return the kvlab data folder.
+
+    ``$KVLAB_DATA`` if set, else ``data/`` beside the ``kvlab`` package (a source
+    checkout or an editable install).
+
+    Raises:
+        FileNotFoundError: the folder does not exist (names the path tried and how to
+            set ``KVLAB_DATA``).
+    """
+    env = os.environ.get("KVLAB_DATA")
+    path = Path(env) if env else Path(__file__).resolve().parent.parent / "data"
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"kvlab data folder not found at {path}; set KVLAB_DATA to a copy of the "
+            "repository's data/ folder"
+        )
+    return path
+
+
+def bundled_trace_path(name: str) -> Path:
+    """Path of a bundled real trace: ``"conversation"`` or ``"synthetic"`` (Mooncake FAST'25).
+
+    Raises:
+        ValueError: ``name`` is not a bundled trace (the message lists the known names).
+        FileNotFoundError: the data folder or the file is missing.
+    """
+    if name not in BUNDLED_TRACES:
+        raise ValueError(f"unknown bundled trace {name!r}; known: {sorted(BUNDLED_TRACES)}")
+    path = data_dir() / BUNDLED_TRACES[name]
+    if not path.is_file():
+        raise FileNotFoundError(f"bundled trace {name!r} missing at {path}")
+    return path

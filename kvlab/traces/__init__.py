@@ -1,0 +1,31 @@
+"""Traces: real workloads (Mooncake) and seeded synthetic ones, as a :class:`Trace`.
+
+=====================  ======================================================
+name                   what
+=====================  ======================================================
+:class:`Trace`         polars frame (one row per request) + block size + source
+:func:`load_trace`     open any supported file (dispatch on content)
+:func:`load_mooncake`  Mooncake FAST'25 JSONL (512-token chained hash ids)
+:func:`chat_sessions`  shared system prompt + multi-turn chat sessions
+:class:`FlatTrace`     CSR form for the kernels (offsets + dense block ids)
+=====================  ======================================================
+"""
+
+from kvlab.traces.errors import TraceFormatError
+from kvlab.traces.flat import FlatTrace
+from kvlab.traces.load import load_trace
+from kvlab.traces.mooncake import MOONCAKE_BLOCK_SIZE, load_mooncake
+from kvlab.traces.synthetic import ChatWorkload, chat_sessions
+from kvlab.traces.trace import Trace, TraceStats
+
+__all__ = [
+    "MOONCAKE_BLOCK_SIZE",
+    "ChatWorkload",
+    "FlatTrace",
+    "Trace",
+    "TraceFormatError",
+    "TraceStats",
+    "chat_sessions",
+    "load_mooncake",
+    "load_trace",
+]

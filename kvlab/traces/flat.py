@@ -1,0 +1,86 @@
+"""Flat (CSR) form of a trace for the numba kernels: offsets + dense block ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+
+@dataclass(frozen=True, eq=False)
+class FlatTrace:
+    """A trace's block keys as flat arrays, keys interned to dense ids.
+
+    Request ``r`` references ``block_ids[offsets[r]:offsets[r + 1]]`` in prompt order.
+    Dense ids are assigned in order of first appearance, so the first block ever seen
+    is id 0 (for the Mooncake traces, whose ids are already dense and first-seen
+    ordered, dense id == ``hash_id``).
+
+    Attributes:
+        offsets: ``int64[n_requests + 1]``, CSR row pointers.
+        block_ids: ``int32[n_refs]``, dense block id of every block reference.
+        keys: ``uint64[n_keys]``, the original block key of each dense id.
+        input_tokens: ``int64[n_requests]``, prompt length of each request in tokens.
+        block_size: tokens per block.
+
+    Example:
+        >>> import polars as pl
+        >>> keys = pl.Series([[7, 9], [7, 3, 4]], dtype=pl.List(pl.UInt64))
+        >>> flat = flatten_block_keys(keys, pl.Series([20, 40]), block_size=16)
+        >>> flat.offsets.tolist(), flat.block_ids.tolist(), flat.keys.tolist()
+        ([0, 2, 5], [0, 1, 0, 2, 3], [7, 9, 3, 4])
+    """
+
+    offsets: np.ndarray
+    block_ids: np.ndarray
+    keys: np.ndarray
+    input_tokens: np.ndarray
+    block_size: int
+
+    @property
+    def n_requests(self) -> int:
+        """Number of requests."""
+        return int(self.offsets.shape[0] - 1)
+
+    @property
+    def n_refs(self) -> int:
+        """Number of block references (sum of blocks over requests)."""
+        return int(self.block_ids.shape[0])
+
+    @property
+    def n_keys(self) -> int:
+        """Number of distinct block keys."""
+        return int(self.keys.shape[0])
+
+    def blocks_per_request(self) -> np.ndarray:
+        """``int64[n_requests]``: number of blocks of each request."""
+        return np.diff(self.offsets)
+
+
+def flatten_block_keys(block_keys: pl.Series, input_tokens: pl.Series, block_size: int) -> FlatTrace:
+    """Build a :class:`FlatTrace` from a ``list[u64]`` series of block keys.
+
+    Args:
+        block_keys: one list of chained block keys per request.
+        input_tokens: prompt length per request, tokens.
+        block_size: tokens per block.
+
+    Returns:
+        The flat form; dense ids in order of first appearance.
+    """
+    lengths = block_keys.list.len().to_numpy().astype(np.int64)
+    offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    refs = block_keys.explode(empty_as_null=False).drop_nulls().to_numpy().astype(np.uint64, copy=False)
+    sorted_keys, first_index, inverse = np.unique(refs, return_index=True, return_inverse=True)
+    order = np.argsort(first_index, kind="stable")  # dense id -> index into sorted_keys
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.shape[0])
+    return FlatTrace(
+        offsets=offsets,
+        block_ids=rank[inverse].astype(np.int32),
+        keys=sorted_keys[order],
+        input_tokens=input_tokens.to_numpy().astype(np.int64),
+        block_size=block_size,
+    )

@@ -1,0 +1,149 @@
+"""Seeded synthetic workloads: a shared system prompt plus multi-turn chat sessions."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import polars as pl
+
+from kvlab.traces.trace import Trace
+
+
+def _positive(name: str, value: float, *, integer: bool = False, allow_zero: bool = False) -> None:
+    ok_type = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.number))
+    if isinstance(value, bool) or not ok_type or not (value >= 0 if allow_zero else value > 0) \
+            or not np.isfinite(value):
+        kind = "an integer" if integer else "a finite number"
+        raise ValueError(f"{name} must be {kind} {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ChatWorkload:
+    """Parameters of the multi-turn chat generator (:func:`chat_sessions`).
+
+    Every session starts with the same system prompt; each turn's prompt is the whole
+    conversation so far (system prompt, earlier user messages and replies) plus a new
+    user message, as in chat serving. Sessions start as a Poisson process; a session's
+    next turn follows its previous one after an exponential think time.
+
+    Attributes:
+        n_sessions: number of sessions (≥ 1).
+        mean_turns: mean turns per session (geometric, ≥ 1 turn).
+        system_prompt_tokens: shared system prompt length, tokens (≥ 0).
+        user_tokens_mean: mean user message length, tokens (log-normal, σ = 1).
+        output_tokens_mean: mean reply length, tokens (log-normal, σ = 1).
+        session_rate_per_s: session arrival rate, sessions per second.
+        think_time_mean_s: mean gap between a turn and the next turn of its session, s.
+        max_input_tokens: a session ends before a prompt would exceed this, tokens.
+        block_size: tokens per block.
+
+    Raises:
+        ValueError: a field out of range (names the field and value).
+
+    Example:
+        >>> workload = ChatWorkload(n_sessions=3, mean_turns=2.0, block_size=16)
+        >>> workload.system_prompt_tokens
+        2048
+    """
+
+    n_sessions: int = 200
+    mean_turns: float = 4.0
+    system_prompt_tokens: int = 2048
+    user_tokens_mean: float = 300.0
+    output_tokens_mean: float = 250.0
+    session_rate_per_s: float = 1.0
+    think_time_mean_s: float = 30.0
+    max_input_tokens: int = 131_072
+    block_size: int = 512
+
+    def __post_init__(self) -> None:
+        _positive("n_sessions", self.n_sessions, integer=True)
+        _positive("system_prompt_tokens", self.system_prompt_tokens, integer=True, allow_zero=True)
+        _positive("max_input_tokens", self.max_input_tokens, integer=True)
+        _positive("block_size", self.block_size, integer=True)
+        for name in ("user_tokens_mean", "output_tokens_mean", "session_rate_per_s", "think_time_mean_s"):
+            _positive(name, getattr(self, name))
+        _positive("mean_turns", self.mean_turns)
+        if self.mean_turns < 1:
+            raise ValueError(f"mean_turns must be >= 1, got {self.mean_turns!r}")
+        if self.max_input_tokens <= self.system_prompt_tokens:
+            raise ValueError(f"max_input_tokens ({self.max_input_tokens}) must exceed "
+                             f"system_prompt_tokens ({self.system_prompt_tokens})")
+
+
+def chat_sessions(workload: ChatWorkload | None = None, *, seed: int | np.random.Generator = 0) -> Trace:
+    """Generate a chat trace with chained block keys (no token ids).
+
+    Keys are dense integers assigned on first use: the system prompt's full blocks
+    are shared by every session; a turn reuses the keys of the previous prompt's full
+    blocks (its exact prefix) and takes fresh keys for the rest — so equal key ⇔ equal
+    whole prefix, as with chained hashing.
+
+    Args:
+        workload: the parameters (defaults: :class:`ChatWorkload`).
+        seed: an integer seed or a ``numpy.random.Generator``.
+
+    Returns:
+        A :class:`Trace` in arrival order with an extra ``session_id`` (u64) column;
+        ``source`` records the parameters and seed.
+
+    Example:
+        >>> trace = chat_sessions(ChatWorkload(n_sessions=5, block_size=64), seed=1)
+        >>> trace.check_chained().height, trace.frame["session_id"].n_unique()
+        (0, 5)
+    """
+    wl = workload or ChatWorkload()
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    turns = rng.geometric(1.0 / wl.mean_turns, size=wl.n_sessions)
+    n_turns = int(turns.sum())
+    starts = np.cumsum(rng.exponential(1.0 / wl.session_rate_per_s, size=wl.n_sessions)) - 0.0
+    starts -= starts[0]
+    user = _lognormal_tokens(rng, wl.user_tokens_mean, n_turns)
+    output = _lognormal_tokens(rng, wl.output_tokens_mean, n_turns)
+    think = rng.exponential(wl.think_time_mean_s, size=n_turns)
+
+    bs = wl.block_size
+    system_keys = np.arange(wl.system_prompt_tokens // bs, dtype=np.uint64)
+    next_key = system_keys.shape[0]
+    rows: dict[str, list] = {"arrival_s": [], "input_tokens": [], "output_tokens": [], "session_id": [], "keys": []}
+    t = 0
+    for session in range(wl.n_sessions):
+        full_keys, context, arrival = system_keys, wl.system_prompt_tokens, float(starts[session])
+        for turn in range(int(turns[session])):
+            prompt = context + int(user[t + turn])
+            if prompt > wl.max_input_tokens:
+                break
+            n_blocks = -(-prompt // bs)
+            n_known = min(full_keys.shape[0], n_blocks)
+            fresh = np.arange(next_key, next_key + n_blocks - n_known, dtype=np.uint64)
+            next_key += fresh.shape[0]
+            keys = np.concatenate([full_keys[:n_known], fresh])
+            rows["arrival_s"].append(arrival)
+            rows["input_tokens"].append(prompt)
+            rows["output_tokens"].append(int(output[t + turn]))
+            rows["session_id"].append(session)
+            rows["keys"].append(keys)
+            full_keys = keys[: prompt // bs]
+            context = prompt + int(output[t + turn])
+            arrival += float(think[t + turn])
+        t += int(turns[session])
+    order = np.argsort(np.asarray(rows["arrival_s"]), kind="stable")
+    frame = pl.DataFrame({
+        "request_id": np.arange(order.shape[0], dtype=np.uint64),
+        "arrival_s": np.asarray(rows["arrival_s"])[order],
+        "input_tokens": np.asarray(rows["input_tokens"], dtype=np.uint32)[order],
+        "output_tokens": np.asarray(rows["output_tokens"], dtype=np.uint32)[order],
+        "block_keys": pl.Series([rows["keys"][i] for i in order], dtype=pl.List(pl.UInt64)),
+        "session_id": np.asarray(rows["session_id"], dtype=np.uint64)[order],
+    })
+    seed_repr = "Generator" if isinstance(seed, np.random.Generator) else seed
+    params = ", ".join(f"{k}={v}" for k, v in asdict(wl).items())
+    return Trace(frame, block_size=bs, source=f"chat_sessions({params}, seed={seed_repr})")
+
+
+def _lognormal_tokens(rng: np.random.Generator, mean: float, size: int) -> np.ndarray:
+    """Log-normal token counts with the given mean (σ = 1), at least 1 token."""
+    sigma = 1.0
+    mu = np.log(mean) - sigma**2 / 2
+    return np.maximum(1, np.rint(rng.lognormal(mu, sigma, size=size))).astype(np.int64)

@@ -1,0 +1,307 @@
+"""The :class:`Trace`: one row per request, each a sequence of chained block keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from kvlab.traces.flat import FlatTrace, flatten_block_keys
+
+#: Required columns and their canonical dtypes (DESIGN.md "Data model").
+REQUIRED_COLUMNS: dict[str, pl.DataType] = {
+    "request_id": pl.UInt64(),
+    "arrival_s": pl.Float64(),
+    "input_tokens": pl.UInt32(),
+    "output_tokens": pl.UInt32(),
+    "block_keys": pl.List(pl.UInt64()),
+}
+#: Optional columns with a fixed dtype (others, e.g. ``session_id``, ``model``,
+#: ``lora_name``, are kept as given).
+TYPED_OPTIONAL_COLUMNS: dict[str, pl.DataType] = {"token_ids": pl.List(pl.UInt32())}
+
+_PARQUET_KEYS = ("kvlab.block_size", "kvlab.source")
+
+
+@dataclass(frozen=True)
+class TraceStats:
+    """Summary statistics of a :class:`Trace` (see :meth:`Trace.describe`).
+
+    Token counts are in tokens, times in seconds, block counts in blocks.
+    """
+
+    source: str
+    block_size_tokens: int
+    requests: int
+    time_span_s: float
+    input_tokens_min: int
+    input_tokens_mean: float
+    input_tokens_max: int
+    output_tokens_min: int
+    output_tokens_mean: float
+    output_tokens_max: int
+    input_tokens_total: int
+    block_refs: int
+    distinct_blocks: int
+    max_blocks_per_request: int
+
+    def to_dict(self) -> dict[str, object]:
+        """The statistics as a plain ``dict`` (JSON-serialisable)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def __str__(self) -> str:
+        rows = [
+            ("source", self.source),
+            ("block size", f"{self.block_size_tokens} tokens"),
+            ("requests", f"{self.requests:,}"),
+            ("time span", f"{self.time_span_s:,.3f} s"),
+            ("input tokens min/mean/max",
+             f"{self.input_tokens_min:,} / {self.input_tokens_mean:,.1f} / {self.input_tokens_max:,}"),
+            ("output tokens min/mean/max",
+             f"{self.output_tokens_min:,} / {self.output_tokens_mean:,.1f} / {self.output_tokens_max:,}"),
+            ("input tokens total", f"{self.input_tokens_total:,}"),
+            ("block refs", f"{self.block_refs:,}"),
+            ("distinct blocks", f"{self.distinct_blocks:,}"),
+            ("max blocks per request", f"{self.max_blocks_per_request:,}"),
+        ]
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """A workload: a polars frame with one row per request, plus block size and source.
+
+    Columns (DESIGN.md): ``request_id`` (u64, unique), ``arrival_s`` (f64, seconds,
+    non-decreasing — rows are in arrival order), ``input_tokens`` (u32),
+    ``output_tokens`` (u32), ``block_keys`` (``list[u64]``, chained: equal key ⇒ equal
+    whole prefix, one key per ``block_size`` tokens of the prompt, the last block
+    possibly partial, so ``len == ceil(input_tokens / block_size)``); optional
+    ``token_ids`` (``list[u32]``, ``len == input_tokens``), ``session_id``, ``model``,
+    ``lora_name``. Columns are cast to these dtypes on construction.
+
+    Args:
+        frame: the requests.
+        block_size: tokens per block (≥ 1).
+        source: where the trace came from (a path, or a generator and its parameters).
+
+    Raises:
+        ValueError: a missing column, a value that does not fit its dtype (e.g. a
+            negative length), a null, a duplicate ``request_id``, decreasing or
+            non-finite arrivals, or a block count that does not match the input length;
+            the message names the column and the first offending row.
+
+    Example:
+        >>> import polars as pl
+        >>> frame = pl.DataFrame({
+        ...     "request_id": [0, 1], "arrival_s": [0.0, 1.5],
+        ...     "input_tokens": [20, 40], "output_tokens": [5, 5],
+        ...     "block_keys": [[7, 9], [7, 3, 4]],
+        ... })
+        >>> trace = Trace(frame, block_size=16, source="example")
+        >>> trace
+        Trace(source='example', requests=2, block_size=16, block_refs=5, distinct_blocks=4)
+        >>> trace.check_chained().height  # no key seen with two parents or depths
+        0
+    """
+
+    frame: pl.DataFrame
+    block_size: int
+    source: str = "unknown"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.frame, pl.DataFrame):
+            raise ValueError(f"frame must be a polars DataFrame, got {type(self.frame).__name__}")
+        if isinstance(self.block_size, bool) or not isinstance(self.block_size, (int, np.integer)) \
+                or self.block_size < 1:
+            raise ValueError(f"block_size must be an integer >= 1, got {self.block_size!r}")
+        object.__setattr__(self, "block_size", int(self.block_size))
+        object.__setattr__(self, "frame", _canonical_frame(self.frame, self.block_size))
+
+    # -- size ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.frame.height
+
+    @property
+    def block_refs(self) -> int:
+        """Total block references (sum over requests of their block count)."""
+        return self.flat.n_refs
+
+    @property
+    def distinct_blocks(self) -> int:
+        """Number of distinct block keys (the working set of an infinite cache)."""
+        return self.flat.n_keys
+
+    @cached_property
+    def flat(self) -> FlatTrace:
+        """The CSR form used by the replay kernels (computed once, then cached)."""
+        return flatten_block_keys(self.frame["block_keys"], self.frame["input_tokens"], self.block_size)
+
+    def __repr__(self) -> str:
+        return (f"Trace(source={self.source!r}, requests={len(self)}, block_size={self.block_size}, "
+                f"block_refs={self.block_refs}, distinct_blocks={self.distinct_blocks})")
+
+    # -- views ----------------------------------------------------------------------------
+    def head(self, n: int) -> Trace:
+        """The first ``n`` requests as a new trace (same block size and source)."""
+        return Trace(self.frame.head(n), self.block_size, f"{self.source}[:{n}]")
+
+    def describe(self) -> TraceStats:
+        """Rows, time span, input/output min/mean/max, block refs and distinct blocks.
+
+        Returns:
+            A :class:`TraceStats` (``str()`` gives a readable table).
+        """
+        f = self.frame
+        empty = f.height == 0
+
+        def stat(col: str, how: str) -> float:
+            return 0 if empty else getattr(f[col], how)()
+
+        span = 0.0 if empty else float(f["arrival_s"].max() - f["arrival_s"].min())
+        blocks = self.flat.blocks_per_request()
+        return TraceStats(
+            source=self.source, block_size_tokens=self.block_size, requests=f.height,
+            time_span_s=span,
+            input_tokens_min=int(stat("input_tokens", "min")),
+            input_tokens_mean=float(stat("input_tokens", "mean")),
+            input_tokens_max=int(stat("input_tokens", "max")),
+            output_tokens_min=int(stat("output_tokens", "min")),
+            output_tokens_mean=float(stat("output_tokens", "mean")),
+            output_tokens_max=int(stat("output_tokens", "max")),
+            input_tokens_total=int(f["input_tokens"].cast(pl.UInt64).sum()),
+            block_refs=self.block_refs, distinct_blocks=self.distinct_blocks,
+            max_blocks_per_request=int(blocks.max()) if blocks.size else 0,
+        )
+
+    def check_chained(self) -> pl.DataFrame:
+        """Find block keys that break prefix chaining.
+
+        Under chained hashing a key stands for a whole prefix, so every key must always
+        appear at the same position with the same parent key. A key seen with two
+        different parents or at two different positions is reported (this also catches
+        a key repeated inside one request).
+
+        Returns:
+            One row per offending key: ``block_key`` (u64), ``parents``
+            (``list[u64]``, distinct parents, null for "first block"), ``positions``
+            (``list[u32]``, distinct 0-based positions), ``first_request_id`` (u64, the
+            first request where the key appears). Empty when the trace is chained.
+        """
+        refs = (
+            self.frame.lazy()
+            .select("request_id", "block_keys")
+            .with_columns(pl.int_ranges(0, pl.col("block_keys").list.len(), dtype=pl.UInt32).alias("position"))
+            .explode("block_keys", "position")
+            .drop_nulls("block_keys")
+            .with_columns(
+                pl.when(pl.col("position") > 0)
+                .then(pl.col("block_keys").shift(1))
+                .otherwise(None)
+                .alias("parent")
+            )
+        )
+        return (
+            refs.group_by("block_keys", maintain_order=True)
+            .agg(
+                pl.col("parent").unique(maintain_order=True).alias("parents"),
+                pl.col("position").unique(maintain_order=True).alias("positions"),
+                pl.col("request_id").first().alias("first_request_id"),
+            )
+            .filter((pl.col("parents").list.len() > 1) | (pl.col("positions").list.len() > 1))
+            .rename({"block_keys": "block_key"})
+            .collect()
+        )
+
+    # -- storage --------------------------------------------------------------------------
+    def write_parquet(self, path: str | Path) -> None:
+        """Write the frame with ``block_size`` and ``source`` as Parquet metadata.
+
+        :func:`kvlab.traces.load_trace` reads it back to an equal trace.
+        """
+        self.frame.write_parquet(
+            path, metadata={_PARQUET_KEYS[0]: str(self.block_size), _PARQUET_KEYS[1]: self.source}
+        )
+
+
+def read_trace_parquet(path: str | Path) -> Trace:
+    """Read a trace written by :meth:`Trace.write_parquet`.
+
+    Raises:
+        kvlab.traces.TraceFormatError: the file lacks kvlab's metadata, or its frame is
+            not a valid trace.
+    """
+    from kvlab.traces.errors import TraceFormatError
+
+    meta = pl.read_parquet_metadata(path)
+    if _PARQUET_KEYS[0] not in meta:
+        raise TraceFormatError(path, None, f"Parquet file has no {_PARQUET_KEYS[0]!r} metadata; "
+                                           "write it with Trace.write_parquet")
+    try:
+        return Trace(pl.read_parquet(path), int(meta[_PARQUET_KEYS[0]]), meta.get(_PARQUET_KEYS[1], str(path)))
+    except ValueError as err:
+        raise TraceFormatError(path, None, str(err)) from err
+
+
+def _canonical_frame(frame: pl.DataFrame, block_size: int) -> pl.DataFrame:
+    """Cast required columns to their dtypes and check the trace invariants."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"trace frame is missing column(s) {missing}; has {frame.columns}")
+    casts = {**REQUIRED_COLUMNS, **{c: t for c, t in TYPED_OPTIONAL_COLUMNS.items() if c in frame.columns}}
+    for col, dtype in casts.items():
+        try:
+            frame = frame.with_columns(frame[col].cast(dtype, strict=True))
+        except Exception as err:  # polars raises several error types for a failed cast
+            raise ValueError(f"column {col!r} cannot be cast to {dtype}: {err}") from None
+        _reject_nulls(frame[col], col)
+    frame = frame.select(*REQUIRED_COLUMNS, *[c for c in frame.columns if c not in REQUIRED_COLUMNS])
+    _check_rows(frame, block_size)
+    return frame
+
+
+def _first_row(mask: pl.Series) -> int:
+    return int(mask.arg_true()[0])
+
+
+def _reject_nulls(series: pl.Series, col: str) -> None:
+    nulls = series.is_null()
+    if isinstance(series.dtype, pl.List):
+        nulls = nulls | series.list.eval(pl.element().is_null().any()).list.first().fill_null(False)
+    if nulls.any():
+        raise ValueError(f"column {col!r} has a null at row {_first_row(nulls)}")
+
+
+def _check_rows(frame: pl.DataFrame, block_size: int) -> None:
+    ids = frame["request_id"]
+    dup = ids.is_duplicated()
+    if dup.any():
+        row = _first_row(dup)
+        raise ValueError(f"column 'request_id' has duplicate value {ids[row]} (row {row})")
+    arrival = frame["arrival_s"]
+    bad = ~arrival.is_finite() | (arrival < 0)
+    if bad.any():
+        row = _first_row(bad)
+        raise ValueError(f"column 'arrival_s' must be finite and >= 0; row {row} has {arrival[row]}")
+    back = arrival.diff().fill_null(0.0) < 0
+    if back.any():
+        row = _first_row(back)
+        raise ValueError(f"column 'arrival_s' must be non-decreasing (rows in arrival order); "
+                         f"row {row} has {arrival[row]} after {arrival[row - 1]}")
+    expected = (frame["input_tokens"].cast(pl.Int64) + block_size - 1) // block_size
+    wrong = frame["block_keys"].list.len().cast(pl.Int64) != expected
+    if wrong.any():
+        row = _first_row(wrong)
+        raise ValueError(
+            f"row {row}: {frame['block_keys'].list.len()[row]} block keys but input_tokens="
+            f"{frame['input_tokens'][row]} needs ceil({frame['input_tokens'][row]}/{block_size})="
+            f"{expected[row]}")
+    if "token_ids" in frame.columns:
+        wrong = frame["token_ids"].list.len().cast(pl.Int64) != frame["input_tokens"].cast(pl.Int64)
+        if wrong.any():
+            row = _first_row(wrong)
+            raise ValueError(f"row {row}: token_ids has {frame['token_ids'].list.len()[row]} tokens "
+                             f"but input_tokens={frame['input_tokens'][row]}")
