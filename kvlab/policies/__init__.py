@@ -1,0 +1,38 @@
+"""Eviction policies as small plug-ins, selected by name.
+
+==========  ==========================================  ========================================
+name        evicts                                      models
+==========  ==========================================  ========================================
+``lru``     the least recently used block               vLLM v1 free queue, LMCache, SGLang
+==========  ==========================================  ========================================
+
+Each policy module holds a readable reference class and numba kernel hooks
+(:mod:`kvlab.policies.base` states the contract) and a ``SPEC`` registered here.
+"""
+
+from __future__ import annotations
+
+from kvlab.policies import lru
+from kvlab.policies.base import PolicySpec, ReferencePolicy
+
+#: Registered policies by name.
+POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (lru.SPEC,)}
+
+
+def get_policy(name: str) -> PolicySpec:
+    """Look up a policy by name.
+
+    Raises:
+        ValueError: unknown name (the message lists the known ones).
+
+    Example:
+        >>> get_policy("lru").summary
+        'evict the least recently used block'
+    """
+    try:
+        return POLICIES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown policy {name!r}; known policies: {sorted(POLICIES)}") from None
+
+
+__all__ = ["POLICIES", "PolicySpec", "ReferencePolicy", "get_policy"]

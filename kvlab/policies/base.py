@@ -1,0 +1,128 @@
+"""The contract every eviction policy plug-in fulfils.
+
+A policy is two things that must agree exactly:
+
+* a **reference class**: readable Python, one object per cache, implementing
+  :class:`ReferencePolicy` (``key in cache``, ``cache.access(key, ref_index)``,
+  ``len(cache)``) — the oracle the tests compare against;
+* **kernel hooks** for the numba replay: a ``NamedTuple`` of numpy arrays holding the
+  state, and three small functions registered with :func:`register_kernel`:
+
+  ============  =========================================  ===============================
+  hook          signature                                   does
+  ============  =========================================  ===============================
+  ``contains``  ``(state, block_id) -> bool``               is the block resident?
+  ``access``    ``(state, block_id, ref_index) -> int``     hit: touch; miss: insert,
+                                                            evicting as needed; returns the
+                                                            number of blocks evicted
+  ``used``      ``(state) -> int``                          resident blocks
+  ============  =========================================  ===============================
+
+The replay driver (:mod:`kvlab.sim.kernel`) calls :func:`kernel_contains`,
+:func:`kernel_access` and :func:`kernel_used`; numba picks the policy's hook from the
+type of ``state``, so adding a policy never touches the driver or its callers.
+``ref_index`` is the position of the reference in the flat trace (policies that look
+ahead, such as Belady, precompute per-reference arrays in ``make_state``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Protocol
+
+from numba import types
+from numba.extending import overload
+
+from kvlab.traces.flat import FlatTrace
+
+
+class ReferencePolicy(Protocol):
+    """Readable reference cache of one policy (the oracle for the numba kernel)."""
+
+    capacity_blocks: int | None
+
+    def __contains__(self, block_id: int) -> bool:
+        """Whether ``block_id`` is resident (no side effect)."""
+        ...
+
+    def access(self, block_id: int, ref_index: int) -> list[int]:
+        """Touch a resident block or insert a missing one; return the evicted block ids."""
+        ...
+
+    def __len__(self) -> int:
+        """Number of resident blocks."""
+        ...
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A registered eviction policy.
+
+    Attributes:
+        name: registry name (``"lru"``).
+        summary: one line: what it evicts.
+        models: the system or paper it models.
+        reference: ``capacity_blocks -> ReferencePolicy`` (``None`` = unbounded).
+        make_state: ``(flat_trace, capacity_blocks) -> NamedTuple`` of numpy arrays for
+            the kernel hooks (``capacity_blocks`` is an int here; the caller maps
+            "unbounded" to ``flat_trace.n_keys``).
+    """
+
+    name: str
+    summary: str
+    models: str
+    reference: Callable[[int | None], ReferencePolicy]
+    make_state: Callable[[FlatTrace, int], NamedTuple]
+
+
+_PYTHON_HOOKS: dict[type, tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]] = {}
+
+
+def kernel_contains(state: NamedTuple, block_id: int) -> bool:
+    """Generic hook: is ``block_id`` resident? (dispatches on the state's type)."""
+    return _PYTHON_HOOKS[type(state)][0](state, block_id)
+
+
+def kernel_access(state: NamedTuple, block_id: int, ref_index: int) -> int:
+    """Generic hook: touch or insert ``block_id``; returns the number of evictions."""
+    return _PYTHON_HOOKS[type(state)][1](state, block_id, ref_index)
+
+
+def kernel_used(state: NamedTuple) -> int:
+    """Generic hook: number of resident blocks."""
+    return _PYTHON_HOOKS[type(state)][2](state)
+
+
+def register_kernel(state_class: type, *, contains: Callable[..., bool], access: Callable[..., int],
+                    used: Callable[..., int]) -> None:
+    """Register a policy's kernel hooks for its state ``NamedTuple`` class.
+
+    The hooks must be numba-compilable plain functions with exactly the parameter
+    names ``(state, block_id)``, ``(state, block_id, ref_index)`` and ``(state)``. They
+    are compiled into the replay driver when it sees a state of this class; without
+    JIT (``NUMBA_DISABLE_JIT=1``) they run as Python.
+
+    Raises:
+        ValueError: ``state_class`` is already registered.
+    """
+    if state_class in _PYTHON_HOOKS:
+        raise ValueError(f"kernel hooks for {state_class.__name__} are already registered")
+    _PYTHON_HOOKS[state_class] = (contains, access, used)
+
+    def is_mine(state: types.Type) -> bool:
+        return isinstance(state, types.BaseNamedTuple) and state.instance_class is state_class
+
+    @overload(kernel_contains)
+    def _contains(state, block_id):  # noqa: ANN001 - numba typing signature
+        if is_mine(state):
+            return contains
+
+    @overload(kernel_access)
+    def _access(state, block_id, ref_index):  # noqa: ANN001
+        if is_mine(state):
+            return access
+
+    @overload(kernel_used)
+    def _used(state):  # noqa: ANN001
+        if is_mine(state):
+            return used

@@ -1,0 +1,34 @@
+"""Simulation: cache-level replay of traces through prefix caches.
+
+=========================  ===========================================================
+name                       what
+=========================  ===========================================================
+:func:`replay`             one trace through one cache → requests, timeline, summary
+:func:`sweep`              a grid of capacities × policies → one row per run
+:func:`replay_reference`   plain-Python replay over a policy's reference class (oracle)
+:mod:`kvlab.sim.kernel`    the numba driver shared by every policy
+=========================  ===========================================================
+"""
+
+from kvlab.sim.reference import ReferenceRun, replay_reference
+from kvlab.sim.replay import (
+    TOUCH_ORDERS,
+    ReplayConfig,
+    ReplayResult,
+    ReplaySummary,
+    replay,
+    rolling_hit_ratio,
+)
+from kvlab.sim.sweep import sweep
+
+__all__ = [
+    "TOUCH_ORDERS",
+    "ReferenceRun",
+    "ReplayConfig",
+    "ReplayResult",
+    "ReplaySummary",
+    "replay",
+    "replay_reference",
+    "rolling_hit_ratio",
+    "sweep",
+]

@@ -1,0 +1,295 @@
+"""Cache-level replay: a trace's requests, in arrival order, through one prefix cache.
+
+Hit semantics (DESIGN.md): a request hits the longest run of its leading blocks that
+are cached; then all its blocks are inserted or touched, in ``touch_order``. Token
+hits count full blocks as ``block_size`` tokens and the last block as the input's
+remainder, i.e. ``hit_tokens = min(hit_blocks * block_size, input_tokens)``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+import polars as pl
+
+from kvlab.policies import get_policy
+from kvlab.sim.kernel import replay_range
+from kvlab.traces import Trace
+
+TOUCH_ORDERS = ("head_most_recent", "tail_most_recent")
+#: Tier name used in the timeline of a single-cache replay.
+SINGLE_TIER = "cache"
+_CHUNK_REFS = 2_000_000  # block refs per kernel call when a progress bar is shown
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """What to replay a trace through.
+
+    Attributes:
+        policy: eviction policy name (see :data:`kvlab.policies.POLICIES`).
+        capacity_blocks: cache capacity in blocks (≥ 0); ``None`` = unbounded.
+        touch_order: ``"head_most_recent"`` (default: after a request, its first block
+            is the most recently used, so its tail is evicted first, as vLLM's reverse
+            free does) or ``"tail_most_recent"``.
+        warmup_fraction: fraction in [0, 1) of the first requests excluded from the
+            measured statistics (they still fill the cache): the first
+            ``floor(warmup_fraction * n_requests)`` requests.
+        window_requests: window of the timeline's rolling hit ratio, requests (≥ 1).
+
+    Raises:
+        ValueError: a field out of range or an unknown policy (names field and value).
+
+    Example:
+        >>> ReplayConfig(capacity_blocks=10_000).touch_order
+        'head_most_recent'
+        >>> ReplayConfig(capacity_blocks=-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: capacity_blocks must be an integer >= 0 or None, got -1
+    """
+
+    policy: str = "lru"
+    capacity_blocks: int | None = None
+    touch_order: str = "head_most_recent"
+    warmup_fraction: float = 0.0
+    window_requests: int = 1000
+
+    def __post_init__(self) -> None:
+        get_policy(self.policy)
+        cap = self.capacity_blocks
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 0):
+            raise ValueError(f"capacity_blocks must be an integer >= 0 or None, got {cap!r}")
+        if cap is not None:
+            object.__setattr__(self, "capacity_blocks", int(cap))
+        if self.touch_order not in TOUCH_ORDERS:
+            raise ValueError(f"touch_order must be one of {TOUCH_ORDERS}, got {self.touch_order!r}")
+        w = self.warmup_fraction
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w < 1.0:
+            raise ValueError(f"warmup_fraction must be a number in [0, 1), got {w!r}")
+        win = self.window_requests
+        if isinstance(win, bool) or not isinstance(win, (int, np.integer)) or win < 1:
+            raise ValueError(f"window_requests must be an integer >= 1, got {win!r}")
+
+    def warmup_requests(self, n_requests: int) -> int:
+        """Number of leading requests excluded from the statistics."""
+        return int(np.floor(self.warmup_fraction * n_requests))
+
+
+@dataclass(frozen=True)
+class ReplaySummary:
+    """Totals over the measured requests (after warm-up) of one replay.
+
+    Ratios are 0.0 when their denominator is 0. ``capacity_blocks`` is ``None`` for an
+    unbounded cache.
+    """
+
+    source: str
+    policy: str
+    capacity_blocks: int | None
+    touch_order: str
+    warmup_fraction: float
+    requests: int
+    warmup_requests: int
+    block_refs: int
+    hit_blocks: int
+    block_hit_ratio: float
+    input_tokens: int
+    hit_tokens: int
+    token_hit_ratio: float
+    mean_request_block_hit_ratio: float
+    evictions: int
+    peak_used_blocks: int
+
+    def to_dict(self) -> dict[str, object]:
+        """The summary as a JSON-serialisable ``dict``."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def __str__(self) -> str:
+        cap = "unbounded" if self.capacity_blocks is None else f"{self.capacity_blocks:,} blocks"
+        return "\n".join([
+            f"trace        {self.source}",
+            f"cache        {self.policy}, {cap}, touch order {self.touch_order}",
+            f"requests     {self.requests:,} measured ({self.warmup_requests:,} warm-up)",
+            f"block hits   {self.hit_blocks:,} / {self.block_refs:,} = {self.block_hit_ratio:.4f}",
+            f"token hits   {self.hit_tokens:,} / {self.input_tokens:,} = {self.token_hit_ratio:.4f}",
+            f"evictions    {self.evictions:,}   peak used {self.peak_used_blocks:,} blocks",
+        ])
+
+
+@dataclass(frozen=True, eq=False)
+class ReplayResult:
+    """Output of :func:`replay`.
+
+    Attributes:
+        requests: one row per request: ``request_id`` (u64), ``arrival_s`` (f64),
+            ``input_tokens``, ``blocks``, ``hit_blocks``, ``hit_tokens``,
+            ``miss_blocks``, ``miss_tokens`` (u32), ``evictions``, ``used_blocks``
+            (i64, after the request), ``measured`` (bool, false during warm-up).
+        timeline: long format, one row per request and metric: ``step`` (i64, request
+            index), ``time_s`` (f64, arrival), ``tier`` (str), ``metric`` (str:
+            ``used_blocks``, ``capacity_blocks`` (bounded caches only), ``evictions``,
+            ``hit_ratio_rolling`` (block-weighted over the last ``window_requests``)),
+            ``value`` (f64).
+        summary: totals over the measured requests.
+        config: the configuration replayed.
+    """
+
+    requests: pl.DataFrame
+    timeline: pl.DataFrame
+    summary: ReplaySummary
+    config: ReplayConfig
+
+
+@dataclass(frozen=True, eq=False)
+class KernelRun:
+    """Raw per-request kernel output (``int64[n_requests]`` each)."""
+
+    hit_blocks: np.ndarray
+    used_blocks: np.ndarray
+    evictions: np.ndarray
+
+
+def run_kernel(trace: Trace, config: ReplayConfig, *, progress: bool = False) -> KernelRun:
+    """Run the numba replay for ``config`` and return per-request arrays.
+
+    ``progress`` shows a tqdm bar over block references (use on a TTY).
+    """
+    flat = trace.flat
+    spec = get_policy(config.policy)
+    capacity = flat.n_keys if config.capacity_blocks is None else config.capacity_blocks
+    state = spec.make_state(flat, capacity)
+    n = flat.n_requests
+    hits = np.zeros(n, dtype=np.int32)
+    used = np.zeros(n, dtype=np.int64)
+    evictions = np.zeros(n, dtype=np.int64)
+    reverse = config.touch_order == "head_most_recent"
+    if not progress:
+        replay_range(flat.offsets, flat.block_ids, 0, n, reverse, state, hits, used, evictions)
+    else:
+        from tqdm.auto import tqdm
+
+        cuts = np.searchsorted(flat.offsets, np.arange(0, flat.n_refs, _CHUNK_REFS)[1:])
+        bounds = [0, *cuts.tolist(), n]
+        with tqdm(total=flat.n_refs, unit="block", unit_scale=True, desc=config.policy, file=sys.stderr) as bar:
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                replay_range(flat.offsets, flat.block_ids, a, b, reverse, state, hits, used, evictions)
+                bar.update(int(flat.offsets[b] - flat.offsets[a]))
+    return KernelRun(hits.astype(np.int64), used, evictions)
+
+
+def summarize(trace: Trace, config: ReplayConfig, run: KernelRun) -> ReplaySummary:
+    """Totals of a kernel run over the measured requests."""
+    flat = trace.flat
+    skip = config.warmup_requests(flat.n_requests)
+    blocks = flat.blocks_per_request()[skip:]
+    hits = run.hit_blocks[skip:]
+    inputs = flat.input_tokens[skip:]
+    hit_tokens = np.minimum(hits * flat.block_size, inputs)
+    refs, n_inputs = int(blocks.sum()), int(inputs.sum())
+    nonempty = blocks > 0
+    return ReplaySummary(
+        source=trace.source, policy=config.policy, capacity_blocks=config.capacity_blocks,
+        touch_order=config.touch_order, warmup_fraction=float(config.warmup_fraction),
+        requests=int(blocks.shape[0]), warmup_requests=skip,
+        block_refs=refs, hit_blocks=int(hits.sum()),
+        block_hit_ratio=float(hits.sum() / refs) if refs else 0.0,
+        input_tokens=n_inputs, hit_tokens=int(hit_tokens.sum()),
+        token_hit_ratio=float(hit_tokens.sum() / n_inputs) if n_inputs else 0.0,
+        mean_request_block_hit_ratio=float(np.mean(hits[nonempty] / blocks[nonempty])) if nonempty.any() else 0.0,
+        evictions=int(run.evictions[skip:].sum()),
+        peak_used_blocks=int(run.used_blocks.max()) if run.used_blocks.size else 0,
+    )
+
+
+def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool = False,
+           **overrides: object) -> ReplayResult:
+    """Replay ``trace`` through one cache (models a single global prefix cache).
+
+    Args:
+        trace: the workload.
+        config: a :class:`ReplayConfig`; keyword ``overrides`` replace its fields
+            (``replay(trace, capacity_blocks=10_000)``).
+        progress: show a progress bar over block references.
+
+    Returns:
+        A :class:`ReplayResult` (per-request frame, long timeline, summary).
+
+    Raises:
+        ValueError: an invalid configuration field (names field and value).
+        TypeError: an override that is not a :class:`ReplayConfig` field.
+
+    Example:
+        >>> from kvlab.paths import bundled_trace_path
+        >>> from kvlab.traces import load_trace
+        >>> trace = load_trace(bundled_trace_path("conversation"))
+        >>> s = replay(trace, capacity_blocks=10_000).summary
+        >>> round(s.block_hit_ratio, 4), round(s.token_hit_ratio, 4)
+        (0.2116, 0.2157)
+    """
+    config = replace(config or ReplayConfig(), **overrides)
+    run = run_kernel(trace, config, progress=progress)
+    return ReplayResult(
+        requests=_requests_frame(trace, config, run),
+        timeline=_timeline_frame(trace, config, run),
+        summary=summarize(trace, config, run),
+        config=config,
+    )
+
+
+def _requests_frame(trace: Trace, config: ReplayConfig, run: KernelRun) -> pl.DataFrame:
+    flat = trace.flat
+    blocks = flat.blocks_per_request()
+    hit_tokens = np.minimum(run.hit_blocks * flat.block_size, flat.input_tokens)
+    measured = np.arange(flat.n_requests) >= config.warmup_requests(flat.n_requests)
+    return pl.DataFrame({
+        "request_id": trace.frame["request_id"],
+        "arrival_s": trace.frame["arrival_s"],
+        "input_tokens": trace.frame["input_tokens"],
+        "blocks": pl.Series(blocks, dtype=pl.UInt32),
+        "hit_blocks": pl.Series(run.hit_blocks, dtype=pl.UInt32),
+        "hit_tokens": pl.Series(hit_tokens, dtype=pl.UInt32),
+        "miss_blocks": pl.Series(blocks - run.hit_blocks, dtype=pl.UInt32),
+        "miss_tokens": pl.Series(flat.input_tokens - hit_tokens, dtype=pl.UInt32),
+        "evictions": run.evictions,
+        "used_blocks": run.used_blocks,
+        "measured": measured,
+    })
+
+
+def rolling_hit_ratio(hit_blocks: np.ndarray, blocks: np.ndarray, window_requests: int) -> np.ndarray:
+    """Block-weighted hit ratio over the last ``window_requests`` requests (inclusive).
+
+    Returns ``float64[n]``; 0.0 where the window holds no blocks.
+
+    Example:
+        >>> rolling_hit_ratio(np.array([0, 2, 1]), np.array([2, 2, 2]), 2).tolist()
+        [0.0, 0.5, 0.75]
+    """
+    hit_sum = np.concatenate([[0], np.cumsum(hit_blocks)])
+    ref_sum = np.concatenate([[0], np.cumsum(blocks)])
+    idx = np.arange(1, hit_blocks.shape[0] + 1)
+    lo = np.maximum(idx - window_requests, 0)
+    refs = ref_sum[idx] - ref_sum[lo]
+    hits = hit_sum[idx] - hit_sum[lo]
+    return np.divide(hits, refs, out=np.zeros(refs.shape[0]), where=refs > 0)
+
+
+def _timeline_frame(trace: Trace, config: ReplayConfig, run: KernelRun) -> pl.DataFrame:
+    flat = trace.flat
+    metrics = {
+        "used_blocks": run.used_blocks,
+        "evictions": run.evictions,
+        "hit_ratio_rolling": rolling_hit_ratio(run.hit_blocks, flat.blocks_per_request(), config.window_requests),
+    }
+    if config.capacity_blocks is not None:
+        metrics["capacity_blocks"] = np.full(flat.n_requests, config.capacity_blocks)
+    step = np.arange(flat.n_requests, dtype=np.int64)
+    time_s = trace.frame["arrival_s"].to_numpy()
+    return pl.concat([
+        pl.DataFrame({"step": step, "time_s": time_s, "tier": SINGLE_TIER, "metric": name,
+                      "value": values.astype(np.float64)})
+        for name, values in metrics.items()
+    ])
