@@ -1,0 +1,133 @@
+"""The ``kvlab`` command: ``kvlab info``, ``kvlab replay``, ``kvlab demo``.
+
+TRACE arguments are a file path, or the name of a bundled trace (``conversation``,
+``synthetic``) when no such file exists. Errors in the input go to stderr as
+``kvlab: error: ...`` with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from kvlab.paths import BUNDLED_TRACES, bundled_trace_path
+from kvlab.policies import POLICIES
+from kvlab.sim import TOUCH_ORDERS, ReplayConfig, replay
+from kvlab.traces import Trace, load_trace
+
+
+def resolve_trace(arg: str) -> Trace:
+    """Load TRACE: an existing path, else a bundled trace name.
+
+    Raises:
+        FileNotFoundError: neither a file nor a bundled name.
+        kvlab.traces.TraceFormatError: the file is malformed.
+    """
+    path = Path(arg)
+    if not path.exists() and arg in BUNDLED_TRACES:
+        path = bundled_trace_path(arg)
+    if not path.exists():
+        raise FileNotFoundError(f"no trace file {arg!r} (bundled traces: {', '.join(sorted(BUNDLED_TRACES))})")
+    return load_trace(path)
+
+
+def _capacity(text: str) -> int | None:
+    if text.lower() in ("unbounded", "inf", "none"):
+        return None
+    try:
+        value = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of blocks or 'unbounded', got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"capacity must be >= 0 blocks, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"warm-up fraction must be in [0, 1), got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``kvlab`` command."""
+    parser = argparse.ArgumentParser(prog="kvlab", description="KV-cache lab: replay LLM-serving traces "
+                                                                "through prefix caches.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    info = sub.add_parser("info", help="print a trace's statistics")
+    info.add_argument("trace", help="trace file, or a bundled name: " + ", ".join(sorted(BUNDLED_TRACES)))
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+
+    rep = sub.add_parser("replay", help="replay a trace through a prefix cache")
+    rep.add_argument("trace", help="trace file, or a bundled name: " + ", ".join(sorted(BUNDLED_TRACES)))
+    rep.add_argument("--policy", default="lru", choices=sorted(POLICIES), help="eviction policy (default lru)")
+    rep.add_argument("--capacity-blocks", type=_capacity, default=None, metavar="N",
+                     help="cache capacity in blocks, or 'unbounded' (default)")
+    rep.add_argument("--warmup-fraction", type=_fraction, default=0.0, metavar="F",
+                     help="fraction of leading requests excluded from the statistics (default 0)")
+    rep.add_argument("--touch-order", choices=TOUCH_ORDERS, default="head_most_recent",
+                     help="which end of a request is most recently used afterwards (default head_most_recent)")
+    rep.add_argument("--window-requests", type=int, default=1000, metavar="N",
+                     help="window of the rolling hit ratio in the timeline (default 1000)")
+    rep.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    rep.add_argument("--out", type=Path, metavar="DIR",
+                     help="write requests.parquet, timeline.parquet, summary.json and occupancy charts")
+
+    demo = sub.add_parser("demo", help="replay the bundled Mooncake traces; print the table, write figures")
+    demo.add_argument("--out", type=Path, default=Path("out/demo"), metavar="DIR", help="default out/demo")
+    return parser
+
+
+def cmd_info(args: argparse.Namespace) -> None:
+    """``kvlab info TRACE``."""
+    stats = resolve_trace(args.trace).describe()
+    print(json.dumps(stats.to_dict()) if args.json else stats)
+
+
+def cmd_replay(args: argparse.Namespace) -> None:
+    """``kvlab replay TRACE ...``."""
+    trace = resolve_trace(args.trace)
+    config = ReplayConfig(policy=args.policy, capacity_blocks=args.capacity_blocks, touch_order=args.touch_order,
+                          warmup_fraction=args.warmup_fraction, window_requests=args.window_requests)
+    result = replay(trace, config, progress=sys.stderr.isatty() and trace.block_refs > 5_000_000)
+    if args.out is not None:
+        from kvlab.viz import occupancy_chart, save_chart
+
+        args.out.mkdir(parents=True, exist_ok=True)
+        result.requests.write_parquet(args.out / "requests.parquet")
+        result.timeline.write_parquet(args.out / "timeline.parquet")
+        (args.out / "summary.json").write_text(json.dumps(result.summary.to_dict(), indent=2) + "\n")
+        save_chart(occupancy_chart(result.timeline, title=f"{Path(trace.source).name}: {config.policy}"),
+                   args.out, "occupancy")
+    if args.json:
+        print(json.dumps(result.summary.to_dict()))
+    else:
+        print(result.summary)
+        if args.out is not None:
+            print(f"wrote {args.out}/ (requests.parquet, timeline.parquet, summary.json, occupancy.png/.html)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``kvlab`` command; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "info":
+            cmd_info(args)
+        elif args.command == "replay":
+            cmd_replay(args)
+        else:
+            from kvlab.cli.demo import run_demo
+
+            run_demo(args.out)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"kvlab: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+

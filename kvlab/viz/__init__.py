@@ -1,0 +1,136 @@
+"""Altair chart builders: a polars frame in, a chart out.
+
+==========================  ===============================================================
+function                    chart
+==========================  ===============================================================
+:func:`occupancy_chart`     used blocks (and capacity) over time, rolling hit ratio below
+:func:`hit_ratio_curve`     hit ratio vs capacity (log x), one line per series
+:func:`save_chart`          write a chart as PNG and standalone HTML (offline, vl-convert)
+==========================  ===============================================================
+
+Timelines are pre-aggregated in polars (at most ``max_points`` bins per metric) so the
+charts stay small whatever the trace length.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import altair as alt
+import polars as pl
+
+#: How each timeline metric is aggregated inside a bin of steps.
+_BIN_AGG = {"used_blocks": "max", "capacity_blocks": "max", "evictions": "sum", "hit_ratio_rolling": "mean"}
+
+
+def downsample_timeline(timeline: pl.DataFrame, max_points: int = 1000) -> pl.DataFrame:
+    """Aggregate a long timeline into at most ``max_points`` bins of steps per metric.
+
+    Within a bin: ``used_blocks`` and ``capacity_blocks`` take the maximum (the
+    envelope, so a capacity violation cannot be hidden), ``evictions`` the sum,
+    ``hit_ratio_rolling`` the mean; ``time_s`` is the bin's last arrival.
+
+    Raises:
+        ValueError: ``max_points < 1`` or a column of the timeline is missing.
+    """
+    if max_points < 1:
+        raise ValueError(f"max_points must be >= 1, got {max_points!r}")
+    missing = {"step", "time_s", "tier", "metric", "value"} - set(timeline.columns)
+    if missing:
+        raise ValueError(f"timeline lacks column(s) {sorted(missing)}")
+    n_steps = int(timeline["step"].max()) + 1 if timeline.height else 0
+    width = max(1, -(-n_steps // max_points))
+    agg = pl.col("metric").first()
+    value = pl.col("value")
+    chosen = pl.when(agg == "evictions").then(value.sum()).when(agg == "hit_ratio_rolling").then(value.mean())
+    return (
+        timeline.with_columns((pl.col("step") // width).alias("bin"))
+        .group_by("bin", "tier", "metric", maintain_order=True)
+        .agg(pl.col("step").last(), pl.col("time_s").last(), chosen.otherwise(value.max()).alias("value"))
+        .drop("bin")
+        .sort("tier", "metric", "step")
+    )
+
+
+def occupancy_chart(timeline: pl.DataFrame, *, max_points: int = 1000, title: str | None = None) -> alt.VConcatChart:
+    """Cache occupancy over time, with the rolling hit ratio underneath.
+
+    Args:
+        timeline: a replay timeline (``step, time_s, tier, metric, value``).
+        max_points: bins per metric after downsampling.
+        title: chart title.
+
+    Returns:
+        Top: ``used_blocks`` per tier (line) and ``capacity_blocks`` (dashed); bottom:
+        ``hit_ratio_rolling``; x is the arrival time in seconds.
+    """
+    data = downsample_timeline(timeline, max_points)
+    x = alt.X("time_s:Q", title="arrival time (s)")
+    base = alt.Chart(data).encode(x=x, color=alt.Color("tier:N", title="tier"))
+    used = base.transform_filter(alt.datum.metric == "used_blocks").mark_line().encode(
+        y=alt.Y("value:Q", title="blocks in use"),
+        tooltip=["step:Q", "time_s:Q", "tier:N", alt.Tooltip("value:Q", title="used blocks")])
+    capacity = base.transform_filter(alt.datum.metric == "capacity_blocks").mark_line(strokeDash=[6, 4]).encode(
+        y="value:Q", tooltip=["tier:N", alt.Tooltip("value:Q", title="capacity blocks")])
+    ratio = base.transform_filter(alt.datum.metric == "hit_ratio_rolling").mark_line().encode(
+        y=alt.Y("value:Q", title="rolling block hit ratio", scale=alt.Scale(domain=[0, 1])),
+        tooltip=["step:Q", "time_s:Q", alt.Tooltip("value:Q", title="hit ratio", format=".3f")])
+    top = (used + capacity).properties(width=640, height=220)
+    chart = alt.vconcat(top, ratio.properties(width=640, height=120))
+    return chart.properties(title=title) if title else chart
+
+
+def hit_ratio_curve(frame: pl.DataFrame, *, metric: str = "token_hit_ratio", color: str = "policy",
+                    title: str | None = None) -> alt.LayerChart:
+    """Hit ratio against capacity (log scale), one line per ``color`` value.
+
+    Args:
+        frame: rows with ``capacity_blocks`` (null = unbounded), ``metric`` and
+            ``color`` columns — e.g. the output of :func:`kvlab.sim.sweep`.
+        metric: ``"token_hit_ratio"`` or ``"block_hit_ratio"``.
+        color: the column that names a series.
+        title: chart title.
+
+    Returns:
+        Lines with points for bounded capacities; unbounded rows become dashed
+        horizontal rules (the series' ceiling).
+
+    Raises:
+        ValueError: a required column is missing.
+    """
+    missing = {"capacity_blocks", metric, color} - set(frame.columns)
+    if missing:
+        raise ValueError(f"frame lacks column(s) {sorted(missing)}; has {frame.columns}")
+    label = metric.replace("_", " ")
+    bounded = frame.filter(pl.col("capacity_blocks").is_not_null())
+    ceiling = frame.filter(pl.col("capacity_blocks").is_null())
+    enc_color = alt.Color(f"{color}:N", title=color)
+    lines = alt.Chart(bounded).mark_line(point=True).encode(
+        x=alt.X("capacity_blocks:Q", scale=alt.Scale(type="log"), title="capacity (blocks)"),
+        y=alt.Y(f"{metric}:Q", title=label, scale=alt.Scale(domain=[0, 1])),
+        color=enc_color,
+        tooltip=[f"{color}:N", "capacity_blocks:Q", alt.Tooltip(f"{metric}:Q", format=".4f")],
+    )
+    rules = alt.Chart(ceiling).mark_rule(strokeDash=[4, 4]).encode(
+        y=f"{metric}:Q", color=enc_color, tooltip=[f"{color}:N", alt.Tooltip(f"{metric}:Q", format=".4f")])
+    chart = alt.layer(lines, rules).properties(width=560, height=320)
+    return chart.properties(title=title) if title else chart
+
+
+def save_chart(chart: alt.TopLevelMixin, directory: str | Path, name: str) -> list[Path]:
+    """Save ``chart`` as ``name.png`` (2× scale) and a standalone ``name.html``.
+
+    Both render offline (vl-convert; the HTML inlines the Vega libraries).
+
+    Returns:
+        The two paths written.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    png, html = directory / f"{name}.png", directory / f"{name}.html"
+    chart.save(png, scale_factor=2)
+    chart.save(html, inline=True)
+    return [png, html]
+
+
+__all__ = ["downsample_timeline", "hit_ratio_curve", "occupancy_chart", "save_chart"]
