@@ -11,7 +11,6 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from kvlab.policies.base import PolicySpec, register_kernel
 from kvlab.traces.flat import FlatTrace
@@ -87,45 +86,39 @@ def make_state(flat: FlatTrace, capacity_blocks: int) -> LRUState:
     return LRUState(prev, nxt, np.zeros(n, dtype=np.bool_), np.array([0, capacity_blocks], dtype=np.int64))
 
 
-@njit(inline="always")
-def _unlink(state: LRUState, block_id: int) -> None:
-    p = state.prev[block_id]
-    n = state.next[block_id]
-    state.next[p] = n
-    state.prev[n] = p
-
-
-@njit(inline="always")
-def _push_most_recent(state: LRUState, block_id: int) -> None:
-    sentinel = state.resident.shape[0]
-    last = state.prev[sentinel]
-    state.next[last] = block_id
-    state.prev[block_id] = last
-    state.next[block_id] = sentinel
-    state.prev[sentinel] = block_id
-
-
 def contains(state, block_id):  # noqa: ANN001 - numba hook
     return state.resident[block_id]
 
 
-def access(state, block_id, ref_index):  # noqa: ANN001 - numba hook
-    if state.resident[block_id]:
-        _unlink(state, block_id)
-        _push_most_recent(state, block_id)
-        return 0
-    if state.counters[1] == 0:
-        return 0
+def access(state, block_ids, start, stop, reverse):  # noqa: ANN001 - numba hook
+    prev, nxt, resident, counters = state.prev, state.next, state.resident, state.counters
+    sentinel = resident.shape[0]
+    capacity = counters[1]
+    used = counters[0]
     evicted = 0
-    if state.counters[0] >= state.counters[1]:
-        victim = state.next[state.resident.shape[0]]
-        _unlink(state, victim)
-        state.resident[victim] = False
-        state.counters[0] -= 1
-        evicted = 1
-    _push_most_recent(state, block_id)
-    state.resident[block_id] = True
-    state.counters[0] += 1
+    for j in range(stop - start):
+        block_id = block_ids[stop - 1 - j] if reverse else block_ids[start + j]
+        if resident[block_id]:  # unlink, to be pushed back as most recent
+            nxt[prev[block_id]] = nxt[block_id]
+            prev[nxt[block_id]] = prev[block_id]
+        elif capacity == 0:
+            continue
+        else:
+            if used >= capacity:  # evict the least recent (the sentinel's next)
+                victim = nxt[sentinel]
+                nxt[sentinel] = nxt[victim]
+                prev[nxt[victim]] = sentinel
+                resident[victim] = False
+                used -= 1
+                evicted += 1
+            resident[block_id] = True
+            used += 1
+        last = prev[sentinel]  # push as most recent
+        nxt[last] = block_id
+        prev[block_id] = last
+        nxt[block_id] = sentinel
+        prev[sentinel] = block_id
+    counters[0] = used
     return evicted
 
 

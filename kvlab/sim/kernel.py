@@ -42,12 +42,5 @@ def replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, stop: i
         while a + h < b and kernel_contains(state, block_ids[a + h]):
             h += 1
         hit_blocks[r] = h
-        ev = 0
-        if reverse:
-            for i in range(b - 1, a - 1, -1):
-                ev += kernel_access(state, block_ids[i], i)
-        else:
-            for i in range(a, b):
-                ev += kernel_access(state, block_ids[i], i)
-        evictions[r] = ev
+        evictions[r] = kernel_access(state, block_ids, a, b, reverse)
         used_blocks[r] = kernel_used(state)
