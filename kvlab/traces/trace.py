@@ -277,9 +277,9 @@ def _reject_nulls(series: pl.Series, col: str) -> None:
 
 def _check_rows(frame: pl.DataFrame, block_size: int) -> None:
     ids = frame["request_id"]
-    dup = ids.is_duplicated()
-    if dup.any():
-        row = _first_row(dup)
+    repeat = ~ids.is_first_distinct()
+    if repeat.any():
+        row = _first_row(repeat)
         raise ValueError(f"column 'request_id' has duplicate value {ids[row]} (row {row})")
     arrival = frame["arrival_s"]
     bad = ~arrival.is_finite() | (arrival < 0)

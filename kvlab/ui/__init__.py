@@ -11,6 +11,6 @@ browser: set a control's ``.value`` and read ``.result``, ``.summary.value`` or
 ``.chart.chart``.
 """
 
-from kvlab.ui.replay_panel import ReplayPanel, capacity_options, replay_panel
+from kvlab.ui.replay_panel import UNBOUNDED, ReplayPanel, capacity_options, replay_panel
 
-__all__ = ["ReplayPanel", "capacity_options", "replay_panel"]
+__all__ = ["UNBOUNDED", "ReplayPanel", "capacity_options", "replay_panel"]

@@ -10,15 +10,19 @@ from kvlab.traces import Trace
 from kvlab.viz import occupancy_chart
 
 
-def capacity_options(distinct_blocks: int, lowest_blocks: int = 100) -> list[tuple[str, int | None]]:
+#: Slider value standing for an unbounded cache (ipywidgets reserves ``None`` for "no selection").
+UNBOUNDED = "unbounded"
+
+
+def capacity_options(distinct_blocks: int, lowest_blocks: int = 100) -> list[tuple[str, int | str]]:
     """Slider stops: 1-2-5 steps from ``lowest_blocks`` to the working set, then unbounded.
 
     Returns:
-        ``(label, capacity_blocks)`` pairs, increasing; the last is ``("unbounded", None)``.
+        ``(label, value)`` pairs, increasing; the last is ``("unbounded", UNBOUNDED)``.
 
     Example:
         >>> capacity_options(1200)
-        [('100', 100), ('200', 200), ('500', 500), ('1,000', 1000), ('2,000', 2000), ('unbounded', None)]
+        [('100', 100), ('200', 200), ('500', 500), ('1,000', 1000), ('2,000', 2000), ('unbounded', 'unbounded')]
     """
     stops: list[int] = []
     scale = 1
@@ -27,13 +31,14 @@ def capacity_options(distinct_blocks: int, lowest_blocks: int = 100) -> list[tup
             if m * scale >= lowest_blocks and (not stops or stops[-1] < distinct_blocks):
                 stops.append(m * scale)
         scale *= 10
-    return [(f"{c:,}", c) for c in stops] + [("unbounded", None)]
+    return [(f"{c:,}", c) for c in stops] + [("unbounded", UNBOUNDED)]
 
 
 class ReplayPanel:
     """Capacity, touch order and warm-up controls over a replay, with a live chart.
 
-    Moving a control re-runs :func:`kvlab.sim.replay` (:meth:`compute`, a pure
+    The capacity slider's stops are block counts and ``"unbounded"``
+    (:data:`UNBOUNDED`). Moving a control re-runs :func:`kvlab.sim.replay` (:meth:`compute`, a pure
     function of the widget values) and updates the summary text and the occupancy
     chart (an ``altair.JupyterChart``). Display the panel itself, or ``panel.ui``.
 
@@ -60,9 +65,8 @@ class ReplayPanel:
         self.trace = trace
         self.policy = policy
         options = capacity_options(trace.distinct_blocks)
-        values = [v for _, v in options]
-        start = None if capacity_blocks is None else min(
-            (v for v in values if v is not None), key=lambda v: abs(v - capacity_blocks))
+        stops = [v for _, v in options if v != UNBOUNDED]
+        start = UNBOUNDED if capacity_blocks is None else min(stops, key=lambda v: abs(v - capacity_blocks))
         self.capacity = widgets.SelectionSlider(options=options, value=start, description="capacity",
                                                 continuous_update=False)
         self.touch_order = widgets.ToggleButtons(options=list(TOUCH_ORDERS), description="touch order")
@@ -79,7 +83,8 @@ class ReplayPanel:
 
     def config(self) -> ReplayConfig:
         """The replay configuration the controls currently describe."""
-        return ReplayConfig(policy=self.policy, capacity_blocks=self.capacity.value,
+        capacity = None if self.capacity.value == UNBOUNDED else self.capacity.value
+        return ReplayConfig(policy=self.policy, capacity_blocks=capacity,
                             touch_order=self.touch_order.value, warmup_fraction=round(self.warmup.value, 4))
 
     def compute(self) -> ReplayResult:

@@ -1,12 +1,13 @@
 """Altair chart builders: a polars frame in, a chart out.
 
-==========================  ===============================================================
-function                    chart
-==========================  ===============================================================
-:func:`occupancy_chart`     used blocks (and capacity) over time, rolling hit ratio below
-:func:`hit_ratio_curve`     hit ratio vs capacity (log x), one line per series
-:func:`save_chart`          write a chart as PNG and standalone HTML (offline, vl-convert)
-==========================  ===============================================================
+================================  ============================================================
+function                          chart
+================================  ============================================================
+:func:`occupancy_chart`           used blocks (and capacity) over time, rolling hit ratio below
+:func:`hit_ratio_curve`           hit ratio vs capacity (log x), one line per series
+:func:`save_chart`                write a chart as PNG and standalone HTML (offline)
+:func:`use_offline_rendering`     show charts in Jupyter with no internet access
+================================  ============================================================
 
 Timelines are pre-aggregated in polars (at most ``max_points`` bins per metric) so the
 charts stay small whatever the trace length.
@@ -133,4 +134,16 @@ def save_chart(chart: alt.TopLevelMixin, directory: str | Path, name: str) -> li
     return [png, html]
 
 
-__all__ = ["downsample_timeline", "hit_ratio_curve", "occupancy_chart", "save_chart"]
+
+
+def use_offline_rendering() -> None:
+    """Render charts in Jupyter without internet (workshops on closed networks).
+
+    Switches altair to its ``jupyter`` renderer with the Vega libraries served from
+    the kernel (vl-convert), for plain charts and for ``JupyterChart`` widgets.
+    """
+    alt.renderers.enable("jupyter", offline=True)
+    alt.JupyterChart.enable_offline()
+
+
+__all__ = ["downsample_timeline", "hit_ratio_curve", "occupancy_chart", "save_chart", "use_offline_rendering"]
