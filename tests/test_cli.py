@@ -1,0 +1,85 @@
+"""The kvlab command (run in-process through main(argv))."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from kvlab.cli import main
+
+REQUIRED_KEYS = {"requests", "block_refs", "hit_blocks", "block_hit_ratio", "token_hit_ratio", "evictions",
+                 "capacity_blocks", "policy"}
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_replay_json(capsys) -> None:
+    code, out, _ = run(capsys, "replay", "conversation", "--capacity-blocks", "10000", "--json")
+    assert code == 0
+    summary = json.loads(out)
+    assert REQUIRED_KEYS <= summary.keys()
+    assert summary["capacity_blocks"] == 10_000 and summary["policy"] == "lru"
+    assert round(summary["block_hit_ratio"], 4) == 0.2116
+
+
+def test_replay_text_with_warmup_and_touch_order(capsys) -> None:
+    code, out, _ = run(capsys, "replay", "synthetic", "--capacity-blocks", "10_000", "--touch-order",
+                       "tail_most_recent", "--warmup-fraction", "0.5")
+    assert code == 0
+    assert "1,997 measured (1,996 warm-up)" in out
+    assert "= 0.5952" in out  # traces.md §5.3 block hit ratio
+
+
+def test_replay_out_writes_frames_and_charts(capsys, tmp_path: Path, synthetic) -> None:
+    code, _, _ = run(capsys, "replay", "synthetic", "--capacity-blocks", "5000", "--out", str(tmp_path))
+    assert code == 0
+    names = {p.name for p in tmp_path.iterdir()}
+    assert names == {"requests.parquet", "timeline.parquet", "summary.json", "occupancy.png", "occupancy.html"}
+    assert pl.read_parquet(tmp_path / "requests.parquet").height == len(synthetic)
+    assert (tmp_path / "occupancy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_info(capsys) -> None:
+    code, out, _ = run(capsys, "info", "synthetic", "--json")
+    assert code == 0 and json.loads(out)["distinct_blocks"] == 43_924
+    code, out, _ = run(capsys, "info", "conversation")
+    assert "12,031" in out and "182,790" in out
+
+
+def test_malformed_trace_reports_file_and_line(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}\n'
+                    '{"timestamp": 1, "input_length": 600, "output_length": 1, "hash_ids": [1]}\n')
+    code, out, err = run(capsys, "replay", str(path))
+    assert code == 2 and out == ""
+    assert err.startswith(f"kvlab: error: {path}:2: 1 hash_ids but input_length=600")
+
+
+def test_missing_trace(capsys) -> None:
+    code, _, err = run(capsys, "info", "no-such-trace")
+    assert code == 2 and "bundled traces: conversation, synthetic" in err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["replay", "synthetic", "--capacity-blocks", "-5"], "capacity must be >= 0 blocks, got -5"),
+    (["replay", "synthetic", "--capacity-blocks", "lots"], "expected a number of blocks or 'unbounded'"),
+    (["replay", "synthetic", "--warmup-fraction", "1.5"], "warm-up fraction must be in [0, 1), got 1.5"),
+    (["replay", "synthetic", "--policy", "mru"], "invalid choice: 'mru'"),
+])
+def test_bad_arguments_exit_2(capsys, argv, message) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_window_is_a_clean_error(capsys) -> None:
+    code, _, err = run(capsys, "replay", "synthetic", "--window-requests", "0")
+    assert code == 2 and "window_requests must be an integer >= 1, got 0" in err

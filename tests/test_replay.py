@@ -1,0 +1,155 @@
+"""Cache-level replay: exact scenarios, kernel vs reference, invariants, accounting."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import chained_traces, make_trace
+from kvlab.policies.lru import LRU
+from kvlab.sim import ReplayConfig, replay, replay_reference
+
+A, B, C, D, E = 10, 11, 12, 13, 14
+SCENARIO = [[A, B, C], [A, B, D], [A, E], [A, B, C]]
+
+
+def eviction_order(trace, capacity: int, touch_order: str) -> list[int]:
+    """Evicted keys in order, from the reference LRU stepped by hand."""
+    cache, evicted = LRU(capacity), []
+    for keys in trace.frame["block_keys"].to_list():
+        order = reversed(keys) if touch_order == "head_most_recent" else keys
+        for key in order:
+            evicted += cache.access(key, 0)
+    return evicted
+
+
+@pytest.mark.parametrize(("touch", "hits", "evictions", "order"), [
+    # head most recent: a request's tail is evicted first (c after R1), the shared head stays
+    ("head_most_recent", [0, 2, 1, 2], [0, 1, 1, 2], [C, D, B, E]),
+    # tail most recent: the head ages first; R3 loses its prefix at b
+    ("tail_most_recent", [0, 2, 1, 1], [0, 1, 1, 2], [C, B, D, E]),
+])
+def test_golden_scenario_capacity_3(touch, hits, evictions, order) -> None:
+    trace = make_trace(SCENARIO, block_size=1)
+    result = replay(trace, capacity_blocks=3, touch_order=touch)
+    assert result.requests["hit_blocks"].to_list() == hits
+    assert result.requests["evictions"].to_list() == evictions
+    assert result.requests["used_blocks"].to_list() == [3, 3, 3, 3]
+    assert eviction_order(trace, 3, touch) == order
+    ref = replay_reference(trace, capacity_blocks=3, touch_order=touch)
+    assert ref.hit_blocks.tolist() == hits and ref.evictions.tolist() == evictions
+
+
+@given(trace=chained_traces(), capacity=st.one_of(st.none(), st.integers(0, 60)),
+       touch=st.sampled_from(["head_most_recent", "tail_most_recent"]))
+def test_kernel_equals_reference(trace, capacity, touch) -> None:
+    """The numba kernel and the OrderedDict reference agree request by request."""
+    result = replay(trace, capacity_blocks=capacity, touch_order=touch)
+    ref = replay_reference(trace, capacity_blocks=capacity, touch_order=touch)
+    assert result.requests["hit_blocks"].to_list() == ref.hit_blocks.tolist()
+    assert result.requests["used_blocks"].to_list() == ref.used_blocks.tolist()
+    assert result.requests["evictions"].to_list() == ref.evictions.tolist()
+
+
+@given(trace=chained_traces(), capacity=st.integers(0, 30))
+def test_capacity_never_exceeded_and_blocks_conserved(trace, capacity) -> None:
+    req = replay(trace, capacity_blocks=capacity).requests
+    assert req["used_blocks"].max() <= capacity
+    # every miss inserts a block (unless capacity is 0): inserted - evicted = resident
+    misses = req["miss_blocks"].cast(pl.Int64).sum()
+    if capacity > 0:
+        assert req["used_blocks"][-1] == misses_inserted(trace, capacity) - req["evictions"].sum()
+    assert (req["hit_blocks"] <= req["blocks"]).all() and misses >= 0
+
+
+def misses_inserted(trace, capacity) -> int:
+    """Blocks inserted (accesses to non-resident blocks), counted with the reference."""
+    cache, inserted = LRU(capacity), 0
+    for keys in trace.frame["block_keys"].to_list():
+        for key in reversed(keys):
+            inserted += key not in cache
+            cache.access(key, 0)
+    return inserted
+
+
+@given(trace=chained_traces(), capacity=st.one_of(st.none(), st.integers(0, 30)),
+       warmup=st.floats(0.0, 0.95))
+def test_warmup_accounting(trace, capacity, warmup) -> None:
+    result = replay(trace, capacity_blocks=capacity, warmup_fraction=warmup)
+    req, s = result.requests, result.summary
+    skip = int(np.floor(warmup * len(trace)))
+    assert s.warmup_requests == skip == (~req["measured"]).sum()
+    measured = req.filter("measured")
+    assert s.requests == measured.height
+    assert s.block_refs == measured["blocks"].cast(pl.Int64).sum()
+    assert s.hit_blocks == measured["hit_blocks"].cast(pl.Int64).sum()
+    assert s.hit_tokens == measured["hit_tokens"].cast(pl.Int64).sum()
+    assert s.evictions == measured["evictions"].sum()
+    # warm-up requests still fill the cache: per-request hits do not depend on the warm-up
+    assert req["hit_blocks"].to_list() == replay(trace, capacity_blocks=capacity).requests["hit_blocks"].to_list()
+
+
+def test_token_accounting_counts_last_block_remainder() -> None:
+    trace = make_trace([[1, 2, 3], [1, 2, 3], [1, 2, 9]], block_size=4, input_tokens=[10, 10, 12])
+    req = replay(trace).requests
+    assert req["hit_tokens"].to_list() == [0, 10, 8]
+    assert req["miss_tokens"].to_list() == [10, 0, 4]
+    s = replay(trace).summary
+    assert (s.hit_tokens, s.input_tokens) == (18, 32)
+    assert s.token_hit_ratio == pytest.approx(18 / 32)
+    assert s.block_hit_ratio == pytest.approx(5 / 9)
+
+
+def test_capacity_zero_caches_nothing() -> None:
+    s = replay(make_trace(SCENARIO, block_size=1), capacity_blocks=0).summary
+    assert (s.hit_blocks, s.evictions, s.peak_used_blocks) == (0, 0, 0)
+
+
+def test_unbounded_equals_working_set_capacity(conversation) -> None:
+    unbounded = replay(conversation).requests
+    exact = replay(conversation, capacity_blocks=conversation.distinct_blocks).requests
+    assert unbounded["hit_blocks"].equals(exact["hit_blocks"])
+    assert exact["evictions"].sum() == 0
+
+
+def test_timeline_long_format() -> None:
+    trace = make_trace(SCENARIO, block_size=1)
+    result = replay(trace, capacity_blocks=3, window_requests=2)
+    tl = result.timeline
+    assert tl.columns == ["step", "time_s", "tier", "metric", "value"]
+    assert set(tl["metric"].unique()) == {"used_blocks", "evictions", "hit_ratio_rolling", "capacity_blocks"}
+    ratio = tl.filter(pl.col("metric") == "hit_ratio_rolling")["value"].to_list()
+    assert ratio == pytest.approx([0.0, 2 / 6, 3 / 5, 3 / 5])
+    assert "capacity_blocks" not in replay(trace).timeline["metric"].to_list()
+
+
+def test_progress_chunks_give_the_same_result(conversation, monkeypatch) -> None:
+    # kvlab.sim re-exports the function replay(), which hides the module of the same name
+    monkeypatch.setattr(importlib.import_module("kvlab.sim.replay"), "_CHUNK_REFS", 10_000)
+    chunked = replay(conversation, capacity_blocks=5_000, progress=True).requests
+    whole = replay(conversation, capacity_blocks=5_000).requests
+    assert chunked.equals(whole)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("capacity_blocks", -1, "capacity_blocks must be an integer >= 0 or None, got -1"),
+    ("capacity_blocks", 2.5, "capacity_blocks must be an integer >= 0 or None, got 2.5"),
+    ("touch_order", "random", "touch_order must be one of"),
+    ("warmup_fraction", 1.0, "warmup_fraction must be a number in [0, 1), got 1.0"),
+    ("window_requests", 0, "window_requests must be an integer >= 1, got 0"),
+    ("policy", "nope", "unknown policy 'nope'; known policies: ['lru']"),
+])
+def test_config_errors_name_field_and_value(field, value, message) -> None:
+    with pytest.raises(ValueError) as info:
+        ReplayConfig(**{field: value})
+    assert message in str(info.value)
+
+
+def test_replay_rejects_unknown_override() -> None:
+    with pytest.raises(TypeError):
+        replay(make_trace(SCENARIO), capacity=3)

@@ -1,0 +1,92 @@
+"""Trace construction, validation, chaining check and flattening."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from conftest import make_trace
+from kvlab.traces import Trace
+
+
+def frame(**changes: object) -> pl.DataFrame:
+    base = {"request_id": [0, 1], "arrival_s": [0.0, 1.0], "input_tokens": [8, 5], "output_tokens": [1, 2],
+            "block_keys": [[1, 2], [1, 3]]}
+    base.update(changes)
+    return pl.DataFrame(base)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"input_tokens": [8, -5]}, "column 'input_tokens' cannot be cast to UInt32"),
+    ({"block_keys": [[1, 2], [1, -3]]}, "column 'block_keys' cannot be cast to List(UInt64)"),
+    ({"arrival_s": [0.0, None]}, "column 'arrival_s' has a null at row 1"),
+    ({"block_keys": [[1, 2], [1, None]]}, "column 'block_keys' has a null at row 1"),
+    ({"request_id": [4, 4]}, "column 'request_id' has duplicate value 4 (row 1)"),
+    ({"arrival_s": [2.0, 1.0]}, "must be non-decreasing (rows in arrival order); row 1 has 1.0 after 2.0"),
+    ({"arrival_s": [0.0, float("inf")]}, "column 'arrival_s' must be finite and >= 0; row 1 has inf"),
+    ({"input_tokens": [8, 9]}, "row 1: 2 block keys but input_tokens=9 needs ceil(9/4)=3"),
+    ({"token_ids": [[1] * 8, [1] * 4]}, "row 1: token_ids has 4 tokens but input_tokens=5"),
+])
+def test_invalid_frames_name_column_and_row(changes: dict, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        Trace(frame(**changes), block_size=4)
+    assert message in str(info.value)
+
+
+def test_missing_column_and_bad_block_size() -> None:
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['block_keys'\]"):
+        Trace(frame().drop("block_keys"), block_size=4)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="block_size must be an integer >= 1"):
+            Trace(frame(), block_size=bad)
+    with pytest.raises(ValueError, match="polars DataFrame"):
+        Trace({"a": 1}, block_size=4)
+
+
+def test_columns_are_cast_and_ordered() -> None:
+    trace = Trace(frame(session_id=["a", "b"]).select(pl.exclude("request_id"), pl.col("request_id")), block_size=4)
+    assert trace.frame.columns[:5] == ["request_id", "arrival_s", "input_tokens", "output_tokens", "block_keys"]
+    assert trace.frame.schema["block_keys"] == pl.List(pl.UInt64)
+    assert trace.frame.schema["input_tokens"] == pl.UInt32
+    assert trace.frame["session_id"].to_list() == ["a", "b"]
+
+
+def test_check_chained_reports_parent_and_position_conflicts() -> None:
+    trace = make_trace([[1, 2, 3], [5, 2], [1, 2, 3], [3]], block_size=1)
+    report = trace.check_chained().sort("block_key")
+    assert report["block_key"].to_list() == [2, 3]
+    assert report.filter(pl.col("block_key") == 2)["parents"].to_list() == [[1, 5]]
+    assert report.filter(pl.col("block_key") == 3)["positions"].to_list() == [[2, 0]]
+    assert report.filter(pl.col("block_key") == 3)["parents"].to_list() == [[2, None]]
+    assert report["first_request_id"].to_list() == [0, 0]
+
+
+def test_check_chained_catches_a_key_repeated_in_one_request() -> None:
+    report = make_trace([[9, 9]], block_size=1).check_chained()
+    assert report["block_key"].to_list() == [9]
+    assert report["positions"].to_list() == [[0, 1]]
+
+
+def test_flat_interns_in_first_seen_order() -> None:
+    trace = make_trace([[50, 7], [50, 7, 2**64 - 1], [], [8]], block_size=2, input_tokens=[4, 5, 0, 1])
+    flat = trace.flat
+    assert flat.offsets.tolist() == [0, 2, 5, 5, 6]
+    assert flat.block_ids.tolist() == [0, 1, 0, 1, 2, 3]
+    assert flat.keys.tolist() == [50, 7, 2**64 - 1, 8]
+    assert flat.input_tokens.tolist() == [4, 5, 0, 1]
+    assert (trace.block_refs, trace.distinct_blocks) == (6, 4)
+
+
+def test_describe_and_head() -> None:
+    trace = make_trace([[1, 2], [1, 3, 4]], block_size=4, input_tokens=[8, 10], arrival_s=[1.0, 3.5])
+    stats = trace.describe()
+    assert (stats.requests, stats.time_span_s, stats.input_tokens_min, stats.input_tokens_max) == (2, 2.5, 8, 10)
+    assert (stats.block_refs, stats.distinct_blocks, stats.max_blocks_per_request) == (5, 4, 3)
+    assert "distinct blocks" in str(stats)
+    head = trace.head(1)
+    assert len(head) == 1 and head.block_refs == 2 and head.source == "test[:1]"
+
+
+def test_empty_trace_describes_to_zeros() -> None:
+    stats = make_trace([]).describe()
+    assert (stats.requests, stats.block_refs, stats.max_blocks_per_request) == (0, 0, 0)

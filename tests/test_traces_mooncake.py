@@ -1,0 +1,155 @@
+"""Mooncake loader: every malformed-input case names file and line; bundled traces match the spec."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvlab.traces import TraceFormatError, load_mooncake, load_trace
+
+GOOD = {"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [0, 1]}
+
+
+def write_lines(tmp_path: Path, lines: list[str]) -> Path:
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def record(**changes: object) -> str:
+    rec = {**GOOD, **changes}
+    return json.dumps({k: v for k, v in rec.items() if v is not _DROP})
+
+
+_DROP = object()
+
+BAD_LINES = [
+    ("malformed JSON", '{"timestamp": 0, "input_length": 1000,', "malformed JSON"),
+    ("not an object", "[1, 2, 3]", "expected a JSON object, got list"),
+    ("missing timestamp", record(timestamp=_DROP), "missing field 'timestamp'"),
+    ("missing input_length", record(input_length=_DROP), "missing field 'input_length'"),
+    ("missing output_length", record(output_length=_DROP), "missing field 'output_length'"),
+    ("missing hash_ids", record(hash_ids=_DROP), "missing field 'hash_ids'"),
+    ("negative input", record(input_length=-1, hash_ids=[]), "field 'input_length' must be >= 0, got -1"),
+    ("negative output", record(output_length=-3), "field 'output_length' must be >= 0, got -3"),
+    ("float length", record(input_length=1000.5), "field 'input_length' must be an integer, got 1000.5"),
+    ("string length", record(output_length="5"), "field 'output_length' must be an integer, got '5'"),
+    ("float id", record(hash_ids=[0, 1.0]), "hash_ids[1] must be an integer in [0, 2**64), got 1.0"),
+    ("string id", record(hash_ids=["a", 1]), "hash_ids[0] must be an integer in [0, 2**64), got 'a'"),
+    ("bool id", record(hash_ids=[0, True]), "hash_ids[1] must be an integer in [0, 2**64), got True"),
+    ("negative id", record(hash_ids=[0, -7]), "hash_ids[1] must be an integer in [0, 2**64), got -7"),
+    ("id beyond u64", record(hash_ids=[0, 2**64]), "hash_ids[1] must be an integer in [0, 2**64)"),
+    ("ids not a list", record(hash_ids=5), "field 'hash_ids' must be a list, got int"),
+    ("too few ids", record(hash_ids=[0]), "1 hash_ids but input_length=1000 needs ceil(1000/512)=2"),
+    ("too many ids", record(hash_ids=[0, 1, 2]), "3 hash_ids but input_length=1000 needs ceil(1000/512)=2"),
+    ("negative timestamp", record(timestamp=-1), "field 'timestamp' must be a finite number >= 0"),
+    ("string timestamp", record(timestamp="0"), "field 'timestamp' must be a finite number >= 0"),
+]
+
+
+@pytest.mark.parametrize(("case", "line", "message"), BAD_LINES, ids=[c[0] for c in BAD_LINES])
+def test_bad_line_names_file_and_line(tmp_path: Path, case: str, line: str, message: str) -> None:
+    path = write_lines(tmp_path, [record(), "", line, record(timestamp=9)])
+    with pytest.raises(TraceFormatError) as info:
+        load_mooncake(path)
+    assert info.value.line == 3
+    assert str(info.value).startswith(f"{path}:3: ")
+    assert message in str(info.value)
+
+
+def test_decreasing_timestamp_is_rejected(tmp_path: Path) -> None:
+    path = write_lines(tmp_path, [record(timestamp=5), record(timestamp=4)])
+    with pytest.raises(TraceFormatError, match=r":2: timestamp 4.0 is earlier than the previous record's 5.0"):
+        load_mooncake(path)
+
+
+def test_empty_file_is_rejected(tmp_path: Path) -> None:
+    path = write_lines(tmp_path, ["", "  "])
+    with pytest.raises(TraceFormatError, match="no records"):
+        load_mooncake(path)
+
+
+def test_unknown_fields_warn_once_with_first_line(tmp_path: Path) -> None:
+    path = write_lines(tmp_path, [record(), record(session=1), record(session=2)])
+    with pytest.warns(UserWarning, match=r"'session' \(first at line 2\)"):
+        trace = load_mooncake(path)
+    assert len(trace) == 3
+
+
+def test_fields_are_converted(tmp_path: Path) -> None:
+    path = write_lines(tmp_path, [record(timestamp=1500, hash_ids=[7, 2**64 - 1]), record(timestamp=2000.5)])
+    frame = load_mooncake(path).frame
+    assert frame["arrival_s"].to_list() == [1.5, 2.0005]
+    assert frame["request_id"].to_list() == [0, 1]
+    assert frame["block_keys"].to_list() == [[7, 2**64 - 1], [0, 1]]
+
+
+def test_block_size_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="block_size must be an integer >= 1, got 0"):
+        load_mooncake(write_lines(tmp_path, [record()]), block_size=0)
+
+
+def test_load_trace_dispatch(tmp_path: Path) -> None:
+    path = write_lines(tmp_path, ["", record()])
+    assert len(load_trace(path)) == 1
+    other = write_lines(tmp_path, ['{"requests": []}'])
+    with pytest.raises(TraceFormatError, match=r"t.jsonl:1: unrecognised trace format .* known formats: Mooncake"):
+        load_trace(other)
+    with pytest.raises(FileNotFoundError, match="no trace file"):
+        load_trace(tmp_path / "missing.jsonl")
+
+
+def test_parquet_round_trip(tmp_path: Path, synthetic) -> None:
+    path = tmp_path / "s.parquet"
+    synthetic.write_parquet(path)
+    back = load_trace(path)
+    assert back.block_size == 512 and back.source == synthetic.source
+    assert back.frame.equals(synthetic.frame)
+
+
+def test_parquet_without_metadata_is_rejected(tmp_path: Path, synthetic) -> None:
+    path = tmp_path / "plain.parquet"
+    synthetic.frame.write_parquet(path)
+    with pytest.raises(TraceFormatError, match="no 'kvlab.block_size' metadata"):
+        load_trace(path)
+
+
+# Bundled traces: the statistics of ../shared/specs/traces.md §3 (independent script).
+SPEC_STATS = {
+    "conversation": dict(requests=12_031, time_span_s=3_536.999, input_tokens_min=891, input_tokens_max=126_195,
+                         output_tokens_min=1, output_tokens_max=2_000, input_tokens_total=144_793_823,
+                         block_refs=288_500, distinct_blocks=182_790, max_blocks_per_request=247,
+                         input_mean=12_035.1, output_mean=342.6),
+    "synthetic": dict(requests=3_993, time_span_s=1_022.025, input_tokens_min=13, input_tokens_max=191_378,
+                      output_tokens_min=1, output_tokens_max=893, input_tokens_total=61_194_628,
+                      block_refs=121_877, distinct_blocks=43_924, max_blocks_per_request=374,
+                      input_mean=15_325.5, output_mean=149.1),
+}
+
+
+@pytest.mark.parametrize("name", ["conversation", "synthetic"])
+def test_bundled_trace_statistics(name: str, request: pytest.FixtureRequest) -> None:
+    trace = request.getfixturevalue(name)
+    stats = trace.describe().to_dict()
+    expected = dict(SPEC_STATS[name])
+    assert round(stats.pop("input_tokens_mean"), 1) == expected.pop("input_mean")
+    assert round(stats.pop("output_tokens_mean"), 1) == expected.pop("output_mean")
+    assert stats["time_span_s"] == pytest.approx(expected.pop("time_span_s"), abs=1e-9)
+    for key, value in expected.items():
+        assert stats[key] == value, key
+    assert stats["block_size_tokens"] == 512
+
+
+@pytest.mark.parametrize("name", ["conversation", "synthetic"])
+def test_bundled_traces_are_chained_with_dense_ids(name: str, request: pytest.FixtureRequest) -> None:
+    trace = request.getfixturevalue(name)
+    assert trace.check_chained().height == 0
+    # ids are dense and first-seen ordered, so interning keeps them
+    assert trace.flat.keys.tolist() == list(range(trace.distinct_blocks))
+
+
+def test_conversation_has_one_root_block(conversation) -> None:
+    first = conversation.frame["block_keys"].list.first()
+    assert first.unique().to_list() == [0]

@@ -1,0 +1,54 @@
+"""The replay panel, driven headlessly: set controls, assert on results and chart data."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from kvlab.ui import UNBOUNDED, ReplayPanel, capacity_options, replay_panel
+
+
+def chart_rows(panel: ReplayPanel) -> pl.DataFrame:
+    (rows,) = panel.chart.chart.to_dict()["datasets"].values()
+    return pl.DataFrame(rows)
+
+
+def metric_max(rows: pl.DataFrame, metric: str) -> float:
+    return rows.filter(pl.col("metric") == metric)["value"].max()
+
+
+def test_slider_reruns_replay_and_updates_chart(conversation) -> None:
+    panel = replay_panel(conversation, capacity_blocks=10_000)
+    assert metric_max(chart_rows(panel), "capacity_blocks") == 10_000
+    assert "0.2116" in panel.summary.value
+    panel.capacity.value = 1_000
+    rows = chart_rows(panel)
+    assert metric_max(rows, "capacity_blocks") == 1_000
+    assert metric_max(rows, "used_blocks") == 1_000
+    assert panel.result.summary.capacity_blocks == 1_000
+    assert "0.0445" in panel.summary.value  # traces.md §5.1: LRU 1,000 blocks
+
+
+def test_unbounded_and_touch_order_and_warmup(synthetic) -> None:
+    panel = ReplayPanel(synthetic, capacity_blocks=10_000)
+    panel.touch_order.value = "tail_most_recent"
+    assert panel.result.summary.block_hit_ratio == pytest.approx(0.4235, abs=5e-5)
+    panel.warmup.value = 0.5
+    assert panel.result.summary.requests == 1_997
+    panel.capacity.value = UNBOUNDED
+    rows = chart_rows(panel)
+    assert "capacity_blocks" not in rows["metric"].to_list()
+    assert panel.result.summary.block_hit_ratio == pytest.approx(0.8511, abs=5e-5)
+    assert "unbounded" in panel.chart.chart.to_dict()["title"]
+
+
+def test_capacity_options_reach_the_working_set() -> None:
+    options = capacity_options(43_924)
+    values = [v for _, v in options]
+    assert values[0] == 100 and values[-2] == 50_000 and values[-1] == UNBOUNDED
+    assert values[:-1] == sorted(values[:-1])
+
+
+def test_panel_rejects_unknown_policy(synthetic) -> None:
+    with pytest.raises(ValueError, match="unknown policy"):
+        ReplayPanel(synthetic, policy="nope")

@@ -1,0 +1,47 @@
+"""Chart builders: specs, not pixels."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from conftest import make_trace
+from kvlab.sim import replay, sweep
+from kvlab.viz import downsample_timeline, hit_ratio_curve, occupancy_chart
+
+
+def test_downsample_keeps_envelope_and_sums_evictions(conversation) -> None:
+    tl = replay(conversation, capacity_blocks=1_000).timeline
+    small = downsample_timeline(tl, max_points=100)
+    for metric in ("used_blocks", "evictions", "hit_ratio_rolling", "capacity_blocks"):
+        assert small.filter(pl.col("metric") == metric).height <= 100
+    used = tl.filter(pl.col("metric") == "used_blocks")["value"]
+    assert small.filter(pl.col("metric") == "used_blocks")["value"].max() == used.max() == 1_000
+    ev = lambda f: f.filter(pl.col("metric") == "evictions")["value"].sum()  # noqa: E731
+    assert ev(small) == ev(tl)
+
+
+def test_downsample_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="max_points must be >= 1"):
+        downsample_timeline(pl.DataFrame(), 0)
+    with pytest.raises(ValueError, match="timeline lacks column"):
+        downsample_timeline(pl.DataFrame({"step": [0]}), 10)
+
+
+def test_occupancy_chart_spec() -> None:
+    result = replay(make_trace([[1, 2, 3], [1, 2, 4]], block_size=1), capacity_blocks=3)
+    spec = occupancy_chart(result.timeline, title="t").to_dict()
+    assert spec["title"] == "t" and len(spec["vconcat"]) == 2
+    (rows,) = spec["datasets"].values()
+    assert {r["metric"] for r in rows} == {"used_blocks", "capacity_blocks", "evictions", "hit_ratio_rolling"}
+
+
+def test_hit_ratio_curve_draws_unbounded_as_rule() -> None:
+    trace = make_trace([[1, 2, 3], [1, 2, 4], [1, 2, 3]], block_size=1)
+    frame = sweep(trace, [1, 2, 3, None])
+    spec = hit_ratio_curve(frame, metric="block_hit_ratio").to_dict()
+    marks = [layer["mark"]["type"] for layer in spec["layer"]]
+    assert marks == ["line", "rule"]
+    assert spec["layer"][0]["encoding"]["x"]["scale"]["type"] == "log"
+    with pytest.raises(ValueError, match="frame lacks column"):
+        hit_ratio_curve(frame, color="trace")
