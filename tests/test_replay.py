@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from conftest import chained_traces, make_trace
 from kvlab.policies.lru import LRU
 from kvlab.sim import ReplayConfig, replay, replay_reference
+from kvlab.sim import sweep as kvlab_sweep
 
 A, B, C, D, E = 10, 11, 12, 13, 14
 SCENARIO = [[A, B, C], [A, B, D], [A, E], [A, B, C]]
@@ -153,3 +154,10 @@ def test_config_errors_name_field_and_value(field, value, message) -> None:
 def test_replay_rejects_unknown_override() -> None:
     with pytest.raises(TypeError):
         replay(make_trace(SCENARIO), capacity=3)
+
+
+def test_sweep_accepts_generators_and_matches_replay() -> None:
+    trace = make_trace(SCENARIO, block_size=1)
+    frame = kvlab_sweep(trace, (c for c in (1, 3, None)), policies=iter(["lru"]))
+    assert frame["capacity_blocks"].to_list() == [1, 3, None]
+    assert frame["hit_blocks"].to_list() == [replay(trace, capacity_blocks=c).summary.hit_blocks for c in (1, 3, None)]

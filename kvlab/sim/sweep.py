@@ -39,8 +39,9 @@ def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Itera
         >>> frame["block_hit_ratio"].is_sorted()
         True
     """
+    capacities = list(capacities_blocks)  # iterated once per policy
     configs = [ReplayConfig(policy=p, capacity_blocks=c, touch_order=touch_order, warmup_fraction=warmup_fraction)
-               for p in policies for c in capacities_blocks]
+               for p in policies for c in capacities]
     if progress:
         from tqdm.auto import tqdm
 
