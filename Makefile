@@ -20,9 +20,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	KVLAB_SMOKE=1 $(BIN)/python -m pytest -q --nbmake --nbmake-timeout=300 tests kvlab notebooks
 
-## make bench — speed measured against the named anchors; JSON in benchmarks/results/
+## make bench — speed measured against the named anchors; JSON in out/bench/ (recorded runs: benchmarks/results/)
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_replay.py --out benchmarks/results/bench_replay.json
+	$(BIN)/python benchmarks/bench_replay.py --out out/bench/bench_replay.json
 
 ## make lab — JupyterLab on the notebooks
 lab: $(STAMP)

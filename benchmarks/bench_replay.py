@@ -6,7 +6,7 @@ capacity in one run; their per-request hits must agree, then speed is reported a
 refs/s and as a ratio. Targets (issue #2): kernel ≥ 50× the reference and ≥ 50 M block
 refs/s on the 10 M trace.
 
-Usage: ``python benchmarks/bench_replay.py --out benchmarks/results/bench_replay.json``
+Usage: ``python benchmarks/bench_replay.py --out out/bench/bench_replay.json`` (``make bench``)
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def bench(name: str, trace: Trace, capacity_blocks: int, repeats: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/bench_replay.json"))
+    parser.add_argument("--out", type=Path, default=Path("out/bench/bench_replay.json"))
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 

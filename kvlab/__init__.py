@@ -22,11 +22,11 @@ Example:
     0.3664
 """
 
-from kvlab.paths import bundled_trace_path, data_dir
-from kvlab.sim import ReplayConfig, ReplayResult, replay, sweep
-from kvlab.traces import Trace, TraceFormatError, load_mooncake, load_trace
-
 __version__ = "0.1.0"
+
+from kvlab.paths import bundled_trace_path, data_dir  # noqa: E402 - __version__ first, for kvlab.cli
+from kvlab.sim import ReplayConfig, ReplayResult, replay, sweep  # noqa: E402
+from kvlab.traces import Trace, TraceFormatError, load_mooncake, load_trace  # noqa: E402
 
 __all__ = [
     "ReplayConfig",

@@ -64,7 +64,7 @@ def test_malformed_trace_reports_file_and_line(capsys, tmp_path: Path) -> None:
 
 def test_missing_trace(capsys) -> None:
     code, _, err = run(capsys, "info", "no-such-trace")
-    assert code == 2 and "bundled traces: conversation, synthetic" in err
+    assert code == 2 and err == "kvlab: error: no trace file at no-such-trace (bundled traces: conversation, synthetic)\n"
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -72,6 +72,8 @@ def test_missing_trace(capsys) -> None:
     (["replay", "synthetic", "--capacity-blocks", "lots"], "expected a number of blocks or 'unbounded'"),
     (["replay", "synthetic", "--warmup-fraction", "1.5"], "warm-up fraction must be in [0, 1), got 1.5"),
     (["replay", "synthetic", "--policy", "mru"], "invalid choice: 'mru'"),
+    (["replay", "synthetic", "--window-requests", "0"], "expected an integer >= 1, got 0"),
+    (["info", "synthetic", "--block-size", "0"], "expected an integer >= 1, got 0"),
 ])
 def test_bad_arguments_exit_2(capsys, argv, message) -> None:
     with pytest.raises(SystemExit) as info:
@@ -80,6 +82,25 @@ def test_bad_arguments_exit_2(capsys, argv, message) -> None:
     assert message in capsys.readouterr().err
 
 
-def test_bad_window_is_a_clean_error(capsys) -> None:
-    code, _, err = run(capsys, "replay", "synthetic", "--window-requests", "0")
-    assert code == 2 and "window_requests must be an integer >= 1, got 0" in err
+def test_out_must_be_a_folder(capsys, tmp_path: Path) -> None:
+    existing = tmp_path / "file.txt"
+    existing.write_text("x")
+    for argv in (["replay", "synthetic", "--out", str(existing)], ["demo", "--out", str(existing)],
+                 ["replay", "synthetic", "--out", ""]):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{existing} exists and is not a folder" in err and "the output folder path is empty" in err
+
+
+def test_block_size_and_version(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 20, "output_length": 1, "hash_ids": [1, 2]}\n')
+    code, out, _ = run(capsys, "info", str(path), "--block-size", "16", "--json")
+    assert code == 0 and json.loads(out)["block_size_tokens"] == 16
+    code, _, err = run(capsys, "info", str(path))
+    assert code == 2 and "needs ceil(20/512)=1" in err
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out.startswith("kvlab 0.")

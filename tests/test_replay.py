@@ -161,3 +161,27 @@ def test_sweep_accepts_generators_and_matches_replay() -> None:
     frame = kvlab_sweep(trace, (c for c in (1, 3, None)), policies=iter(["lru"]))
     assert frame["capacity_blocks"].to_list() == [1, 3, None]
     assert frame["hit_blocks"].to_list() == [replay(trace, capacity_blocks=c).summary.hit_blocks for c in (1, 3, None)]
+
+
+def test_capacity_beyond_int64_behaves_as_unbounded() -> None:
+    trace = make_trace(SCENARIO, block_size=1)
+    huge = replay(trace, capacity_blocks=2**70).summary
+    assert huge.capacity_blocks == 2**70
+    assert huge.hit_blocks == replay(trace).summary.hit_blocks
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda t: replay(t, 10_000), "config must be a ReplayConfig or None, got 10000; pass the capacity by name"),
+    (lambda t: replay("conversation"), "trace must be a kvlab Trace (see kvlab.load_trace), got str"),
+    (lambda t: replay(t.frame), "trace must be a kvlab Trace (see kvlab.load_trace), got DataFrame"),
+    (lambda t: kvlab_sweep("synthetic", [10]), "trace must be a kvlab Trace"),
+    (lambda t: kvlab_sweep(t, [10], policies="nope"), "unknown policy 'nope'"),
+])
+def test_caller_mistakes_are_value_errors(call, message) -> None:
+    with pytest.raises(ValueError) as info:
+        call(make_trace(SCENARIO, block_size=1))
+    assert message in str(info.value)
+
+
+def test_sweep_accepts_one_policy_name() -> None:
+    assert kvlab_sweep(make_trace(SCENARIO, block_size=1), [3], policies="lru")["policy"].to_list() == ["lru"]

@@ -1,6 +1,6 @@
 """Hit ratios on the real Mooncake traces, against values computed independently.
 
-Issue #2's table and ../shared/specs/traces.md §5 (an independent standard-library
+Issue #2's table and docs/specs/traces.md §5 (an independent standard-library
 implementation, cross-checked with llmtrafficlens to the printed digit). Tolerance 5e-5.
 """
 

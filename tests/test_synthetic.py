@@ -59,3 +59,12 @@ def test_sessions_stop_before_max_input() -> None:
 def test_invalid_workload_names_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
         ChatWorkload(**{field: value})
+
+
+def test_bad_arguments_are_rejected() -> None:
+    with pytest.raises(ValueError, match="workload must be a ChatWorkload or None, got 5"):
+        chat_sessions(5)
+    with pytest.raises(ValueError, match="seed must be an integer >= 0 or a numpy Generator, got None"):
+        chat_sessions(SMALL, seed=None)
+    with pytest.raises(ValueError, match="no request generated"):
+        chat_sessions(ChatWorkload(n_sessions=3, user_tokens_mean=1e9), seed=0)

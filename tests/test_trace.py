@@ -17,8 +17,14 @@ def frame(**changes: object) -> pl.DataFrame:
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"input_tokens": [8, -5]}, "column 'input_tokens' cannot be cast to UInt32"),
-    ({"block_keys": [[1, 2], [1, -3]]}, "column 'block_keys' cannot be cast to List(UInt64)"),
+    ({"input_tokens": [8, -5]}, "column 'input_tokens' has a value out of range for UInt32"),
+    ({"block_keys": [[1, 2], [1, -3]]}, "column 'block_keys' has a value out of range for List(UInt64)"),
+    # no truncating or parsing casts: a float key would merge distinct keys
+    ({"block_keys": [[1.5, 2.0], [1.2, 3.0]]}, "column 'block_keys' must have integer values"),
+    ({"input_tokens": [8.0, 5.9]}, "column 'input_tokens' must have integer values (UInt32), got dtype Float64"),
+    ({"request_id": [0.5, 0.9]}, "column 'request_id' must have integer values"),
+    ({"arrival_s": ["0", "1"]}, "column 'arrival_s' must have numeric values (Float64), got dtype String"),
+    ({"output_tokens": [True, False]}, "column 'output_tokens' must have integer values"),
     ({"arrival_s": [0.0, None]}, "column 'arrival_s' has a null at row 1"),
     ({"block_keys": [[1, 2], [1, None]]}, "column 'block_keys' has a null at row 1"),
     ({"request_id": [4, 4]}, "column 'request_id' has duplicate value 4 (row 1)"),
@@ -87,6 +93,15 @@ def test_describe_and_head() -> None:
     assert len(head) == 1 and head.block_refs == 2 and head.source == "test[:1]"
 
 
-def test_empty_trace_describes_to_zeros() -> None:
-    stats = make_trace([]).describe()
-    assert (stats.requests, stats.block_refs, stats.max_blocks_per_request) == (0, 0, 0)
+def test_empty_trace_and_bad_source_are_rejected() -> None:
+    with pytest.raises(ValueError, match="at least one request"):
+        make_trace([])
+    with pytest.raises(ValueError, match="source must be a string, got 123"):
+        Trace(frame(), block_size=4, source=123)
+
+
+def test_datetime_arrivals_are_rejected() -> None:
+    from datetime import datetime
+
+    with pytest.raises(ValueError, match="column 'arrival_s' must have numeric values"):
+        Trace(frame(arrival_s=[datetime(2025, 1, 1), datetime(2025, 1, 2)]), block_size=4)

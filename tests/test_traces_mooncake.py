@@ -95,10 +95,65 @@ def test_load_trace_dispatch(tmp_path: Path) -> None:
     path = write_lines(tmp_path, ["", record()])
     assert len(load_trace(path)) == 1
     other = write_lines(tmp_path, ['{"requests": []}'])
-    with pytest.raises(TraceFormatError, match=r"t.jsonl:1: unrecognised trace format .* known formats: Mooncake"):
+    with pytest.raises(TraceFormatError, match=r"t.jsonl:1: unrecognised trace format: the first record is an "
+                                               r"object with keys \['requests'\]; known formats: Mooncake"):
         load_trace(other)
+    array = write_lines(tmp_path, ["[1, 2]"])
+    with pytest.raises(TraceFormatError, match="the first record is a JSON list"):
+        load_trace(array)
     with pytest.raises(FileNotFoundError, match="no trace file"):
         load_trace(tmp_path / "missing.jsonl")
+    with pytest.raises(FileNotFoundError, match="is a directory, not a trace file"):
+        load_trace(tmp_path)
+    with pytest.raises(FileNotFoundError, match="empty trace path"):
+        load_trace("")
+
+
+def test_a_partial_mooncake_record_gets_the_missing_field_error(tmp_path: Path) -> None:
+    path = write_lines(tmp_path, [record(hash_ids=_DROP)])
+    with pytest.raises(TraceFormatError, match=":1: missing field 'hash_ids'"):
+        load_trace(path)
+
+
+def test_load_trace_block_size_and_bundled_names(tmp_path: Path) -> None:
+    path = write_lines(tmp_path, [record(input_length=8, hash_ids=[0, 1])])
+    trace = load_trace(path, block_size=4)
+    assert trace.block_size == 4
+    assert load_trace("synthetic").block_refs == 121_877
+    trace.write_parquet(tmp_path / "x.parquet")
+    with pytest.raises(ValueError, match="block_size cannot be set for a Parquet trace"):
+        load_trace(tmp_path / "x.parquet", block_size=4)
+
+
+def test_ids_that_are_not_chained_are_rejected(tmp_path: Path) -> None:
+    repeated = write_lines(tmp_path, [record(hash_ids=[1, 1])])
+    with pytest.raises(TraceFormatError, match=r":1: hash_ids\[1\]=1 follows id 1 here but nothing \(first block\) "
+                                               r"at position 0 on line 1: the ids are not prefix-chained"):
+        load_mooncake(repeated)
+    two_parents = write_lines(tmp_path, [record(hash_ids=[1, 2]), record(hash_ids=[3, 2])])
+    with pytest.raises(TraceFormatError, match=r":2: hash_ids\[1\]=2 follows id 3 here but id 1 at position 1 "
+                                               r"on line 1"):
+        load_mooncake(two_parents)
+
+
+def test_binary_and_gzip_files(tmp_path: Path) -> None:
+    import gzip
+
+    binary = tmp_path / "b.jsonl"
+    binary.write_bytes(b"\x1f\x8b\x08\x00\x9a\xff\xfe")
+    with pytest.raises(TraceFormatError, match=r"b.jsonl:1: not UTF-8 text"):
+        load_trace(binary)
+    packed = tmp_path / "t.jsonl.gz"
+    packed.write_bytes(gzip.compress((record() + "\n" + record(timestamp=5) + "\n").encode()))
+    assert len(load_trace(packed)) == 2
+    fake = tmp_path / "f.jsonl.gz"
+    fake.write_text(record())
+    with pytest.raises(TraceFormatError, match="f.jsonl.gz:1: cannot read"):
+        load_trace(fake)
+    not_parquet = tmp_path / "n.parquet"
+    not_parquet.write_text(record())
+    with pytest.raises(TraceFormatError, match="n.parquet: not a readable Parquet file"):
+        load_trace(not_parquet)
 
 
 def test_parquet_round_trip(tmp_path: Path, synthetic) -> None:
@@ -116,7 +171,7 @@ def test_parquet_without_metadata_is_rejected(tmp_path: Path, synthetic) -> None
         load_trace(path)
 
 
-# Bundled traces: the statistics of ../shared/specs/traces.md §3 (independent script).
+# Bundled traces: the statistics of docs/specs/traces.md §3 (independent script).
 SPEC_STATS = {
     "conversation": dict(requests=12_031, time_span_s=3_536.999, input_tokens_min=891, input_tokens_max=126_195,
                          output_tokens_min=1, output_tokens_max=2_000, input_tokens_total=144_793_823,

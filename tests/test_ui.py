@@ -9,7 +9,7 @@ from kvlab.ui import UNBOUNDED, ReplayPanel, capacity_options, replay_panel
 
 
 def chart_rows(panel: ReplayPanel) -> pl.DataFrame:
-    (rows,) = panel.chart.chart.to_dict()["datasets"].values()
+    (rows,) = [d for d in panel.chart.chart.to_dict()["datasets"].values() if "metric" in d[0]]
     return pl.DataFrame(rows)
 
 
@@ -49,6 +49,26 @@ def test_capacity_options_reach_the_working_set() -> None:
     assert values[:-1] == sorted(values[:-1])
 
 
-def test_panel_rejects_unknown_policy(synthetic) -> None:
+def test_panel_rejects_bad_arguments(synthetic) -> None:
     with pytest.raises(ValueError, match="unknown policy"):
         ReplayPanel(synthetic, policy="nope")
+    with pytest.raises(ValueError, match="capacity_blocks must be an integer >= 0 or None, got -5"):
+        ReplayPanel(synthetic, capacity_blocks=-5)
+    with pytest.raises(ValueError, match="trace must be a kvlab Trace"):
+        ReplayPanel("synthetic")
+
+
+def test_initial_capacity_is_kept_exactly(synthetic) -> None:
+    panel = ReplayPanel(synthetic, capacity_blocks=3_000)
+    assert panel.capacity.value == 3_000 and panel.result.summary.capacity_blocks == 3_000
+    values = [v for _, v in panel.capacity.options]
+    assert values[:-1] == sorted(values[:-1]) and values[-1] == UNBOUNDED
+    for start in (None, UNBOUNDED):
+        assert ReplayPanel(synthetic, capacity_blocks=start).config().capacity_blocks is None
+
+
+def test_warmup_is_marked_on_the_chart(synthetic) -> None:
+    panel = ReplayPanel(synthetic, capacity_blocks=10_000)
+    panel.warmup.value = 0.5
+    datasets = panel.chart.chart.to_dict()["datasets"].values()
+    assert any(rows and rows[0].get("label") == "warm-up ends" for rows in datasets)

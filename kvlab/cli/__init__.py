@@ -1,8 +1,8 @@
 """The ``kvlab`` command: ``kvlab info``, ``kvlab replay``, ``kvlab demo``.
 
 TRACE arguments are a file path, or the name of a bundled trace (``conversation``,
-``synthetic``) when no such file exists. Errors in the input go to stderr as
-``kvlab: error: ...`` with exit status 2.
+``synthetic``) when no such file exists (see :func:`kvlab.traces.load_trace`). Errors in
+the input go to stderr as ``kvlab: error: ...`` with exit status 2.
 """
 
 from __future__ import annotations
@@ -12,25 +12,11 @@ import json
 import sys
 from pathlib import Path
 
-from kvlab.paths import BUNDLED_TRACES, bundled_trace_path
+from kvlab import __version__
+from kvlab.paths import BUNDLED_TRACES
 from kvlab.policies import POLICIES
 from kvlab.sim import TOUCH_ORDERS, ReplayConfig, replay
-from kvlab.traces import Trace, load_trace
-
-
-def resolve_trace(arg: str) -> Trace:
-    """Load TRACE: an existing path, else a bundled trace name.
-
-    Raises:
-        FileNotFoundError: neither a file nor a bundled name.
-        kvlab.traces.TraceFormatError: the file is malformed.
-    """
-    path = Path(arg)
-    if not path.exists() and arg in BUNDLED_TRACES:
-        path = bundled_trace_path(arg)
-    if not path.exists():
-        raise FileNotFoundError(f"no trace file {arg!r} (bundled traces: {', '.join(sorted(BUNDLED_TRACES))})")
-    return load_trace(path)
+from kvlab.traces import load_trace
 
 
 def _capacity(text: str) -> int | None:
@@ -55,18 +41,45 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _out_dir(text: str) -> Path:
+    path = Path(text)
+    if not text:
+        raise argparse.ArgumentTypeError("the output folder path is empty")
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a folder")
+    return path
+
+
+def _add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("trace", help="trace file (Mooncake .jsonl[.gz] or kvlab .parquet), or a bundled name: "
+                                      + ", ".join(sorted(BUNDLED_TRACES)))
+    parser.add_argument("--block-size", type=_positive_int, default=None, metavar="TOKENS",
+                        help="tokens per block id, for formats that do not record it (Mooncake default 512)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``kvlab`` command."""
     parser = argparse.ArgumentParser(prog="kvlab", description="KV-cache lab: replay LLM-serving traces "
                                                                 "through prefix caches.")
+    parser.add_argument("--version", action="version", version=f"kvlab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     info = sub.add_parser("info", help="print a trace's statistics")
-    info.add_argument("trace", help="trace file, or a bundled name: " + ", ".join(sorted(BUNDLED_TRACES)))
+    _add_trace_arguments(info)
     info.add_argument("--json", action="store_true", help="print one JSON object")
 
     rep = sub.add_parser("replay", help="replay a trace through a prefix cache")
-    rep.add_argument("trace", help="trace file, or a bundled name: " + ", ".join(sorted(BUNDLED_TRACES)))
+    _add_trace_arguments(rep)
     rep.add_argument("--policy", default="lru", choices=sorted(POLICIES), help="eviction policy (default lru)")
     rep.add_argument("--capacity-blocks", type=_capacity, default=None, metavar="N",
                      help="cache capacity in blocks, or 'unbounded' (default)")
@@ -74,26 +87,26 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fraction of leading requests excluded from the statistics (default 0)")
     rep.add_argument("--touch-order", choices=TOUCH_ORDERS, default="head_most_recent",
                      help="which end of a request is most recently used afterwards (default head_most_recent)")
-    rep.add_argument("--window-requests", type=int, default=1000, metavar="N",
+    rep.add_argument("--window-requests", type=_positive_int, default=1000, metavar="N",
                      help="window of the rolling hit ratio in the timeline (default 1000)")
     rep.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    rep.add_argument("--out", type=Path, metavar="DIR",
+    rep.add_argument("--out", type=_out_dir, metavar="DIR",
                      help="write requests.parquet, timeline.parquet, summary.json and occupancy charts")
 
     demo = sub.add_parser("demo", help="replay the bundled Mooncake traces; print the table, write figures")
-    demo.add_argument("--out", type=Path, default=Path("out/demo"), metavar="DIR", help="default out/demo")
+    demo.add_argument("--out", type=_out_dir, default=Path("out/demo"), metavar="DIR", help="default out/demo")
     return parser
 
 
 def cmd_info(args: argparse.Namespace) -> None:
     """``kvlab info TRACE``."""
-    stats = resolve_trace(args.trace).describe()
+    stats = load_trace(args.trace, block_size=args.block_size).describe()
     print(json.dumps(stats.to_dict()) if args.json else stats)
 
 
 def cmd_replay(args: argparse.Namespace) -> None:
     """``kvlab replay TRACE ...``."""
-    trace = resolve_trace(args.trace)
+    trace = load_trace(args.trace, block_size=args.block_size)
     config = ReplayConfig(policy=args.policy, capacity_blocks=args.capacity_blocks, touch_order=args.touch_order,
                           warmup_fraction=args.warmup_fraction, window_requests=args.window_requests)
     result = replay(trace, config, progress=sys.stderr.isatty() and trace.block_refs > 5_000_000)
@@ -104,8 +117,13 @@ def cmd_replay(args: argparse.Namespace) -> None:
         result.requests.write_parquet(args.out / "requests.parquet")
         result.timeline.write_parquet(args.out / "timeline.parquet")
         (args.out / "summary.json").write_text(json.dumps(result.summary.to_dict(), indent=2) + "\n")
-        save_chart(occupancy_chart(result.timeline, title=f"{Path(trace.source).name}: {config.policy}"),
-                   args.out, "occupancy")
+        measured = result.requests.filter("measured")["arrival_s"]
+        cap = "unbounded" if config.capacity_blocks is None else f"{config.capacity_blocks:,} blocks"
+        title = (f"{Path(trace.source).name}: {config.policy}, {cap}, {config.touch_order}, "
+                 f"warm-up {config.warmup_fraction:g}")
+        chart = occupancy_chart(result.timeline, title=title,
+                                warmup_end_s=measured[0] if config.warmup_fraction > 0 and len(measured) else None)
+        save_chart(chart, args.out, "occupancy")
     if args.json:
         print(json.dumps(result.summary.to_dict()))
     else:

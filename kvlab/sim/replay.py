@@ -1,6 +1,6 @@
 """Cache-level replay: a trace's requests, in arrival order, through one prefix cache.
 
-Hit semantics (DESIGN.md): a request hits the longest run of its leading blocks that
+Hit semantics (docs/DESIGN.md): a request hits the longest run of its leading blocks that
 are cached; then all its blocks are inserted or touched, in ``touch_order``. Token
 hits count full blocks as ``block_size`` tokens and the last block as the input's
 remainder, i.e. ``hit_tokens = min(hit_blocks * block_size, input_tokens)``.
@@ -82,8 +82,11 @@ class ReplayConfig:
 class ReplaySummary:
     """Totals over the measured requests (after warm-up) of one replay.
 
-    Ratios are 0.0 when their denominator is 0. ``capacity_blocks`` is ``None`` for an
-    unbounded cache.
+    ``requests`` counts the measured requests only; ``warmup_requests`` the excluded
+    ones before them. ``block_refs``, ``hit_blocks``, ``input_tokens``,
+    ``hit_tokens`` and ``evictions`` are sums over the measured requests;
+    ``peak_used_blocks`` is over the whole run. Ratios are 0.0 when their
+    denominator is 0. ``capacity_blocks`` is ``None`` for an unbounded cache.
     """
 
     source: str
@@ -157,9 +160,12 @@ def run_kernel(trace: Trace, config: ReplayConfig, *, progress: bool = False) ->
 
     ``progress`` shows a tqdm bar over block references (use on a TTY).
     """
+    if not isinstance(trace, Trace):
+        raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
     flat = trace.flat
     spec = get_policy(config.policy)
-    capacity = flat.n_keys if config.capacity_blocks is None else config.capacity_blocks
+    # beyond the working set every capacity behaves as unbounded (and must fit the kernel's int64)
+    capacity = flat.n_keys if config.capacity_blocks is None else min(config.capacity_blocks, flat.n_keys)
     state = spec.make_state(flat, capacity)
     n = flat.n_requests
     hits = np.zeros(n, dtype=np.int32)
@@ -218,7 +224,9 @@ def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool =
         A :class:`ReplayResult` (per-request frame, long timeline, summary).
 
     Raises:
-        ValueError: an invalid configuration field (names field and value).
+        ValueError: ``trace`` is not a :class:`~kvlab.traces.Trace`, ``config`` is not
+            a :class:`ReplayConfig`, or an invalid configuration field (names field
+            and value).
         TypeError: an override that is not a :class:`ReplayConfig` field.
 
     Example:
@@ -229,6 +237,9 @@ def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool =
         >>> round(s.block_hit_ratio, 4), round(s.token_hit_ratio, 4)
         (0.2116, 0.2157)
     """
+    if config is not None and not isinstance(config, ReplayConfig):
+        raise ValueError(f"config must be a ReplayConfig or None, got {config!r}; "
+                         "pass the capacity by name: replay(trace, capacity_blocks=...)")
     config = replace(config or ReplayConfig(), **overrides)
     run = run_kernel(trace, config, progress=progress)
     return ReplayResult(

@@ -19,7 +19,7 @@ def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Itera
     Args:
         trace: the workload.
         capacities_blocks: cache capacities in blocks; ``None`` = unbounded.
-        policies: policy names.
+        policies: policy names (a single name is accepted too).
         touch_order, warmup_fraction: as in :class:`~kvlab.sim.ReplayConfig`.
         progress: a progress bar over the runs.
 
@@ -40,6 +40,7 @@ def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Itera
         True
     """
     capacities = list(capacities_blocks)  # iterated once per policy
+    policies = [policies] if isinstance(policies, str) else list(policies)
     configs = [ReplayConfig(policy=p, capacity_blocks=c, touch_order=touch_order, warmup_fraction=warmup_fraction)
                for p in policies for c in capacities]
     if progress:

@@ -10,7 +10,6 @@ prefix-chained id per 512-token block of the prompt (the last block partial).
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab.traces.errors import TraceFormatError
+from kvlab.traces.textfile import check_trace_path, iter_lines, parse_json_line
 from kvlab.traces.trace import Trace
 
 #: Block size of the published Mooncake traces (repo README; FAST'25 appendix A.2).
@@ -32,10 +32,11 @@ def load_mooncake(path: str | Path, *, block_size: int = MOONCAKE_BLOCK_SIZE) ->
     Rows keep file order (which is arrival order); ``request_id`` is the 0-based row
     number, ``arrival_s = timestamp / 1000``, ``block_keys = hash_ids``. Blank lines
     are skipped; fields other than the four known ones are reported once with a
-    ``UserWarning`` and not loaded.
+    ``UserWarning`` and not loaded. The ids must be prefix-chained, as the format
+    promises: every id always follows the same parent id at the same position.
 
     Args:
-        path: the ``.jsonl`` file.
+        path: the ``.jsonl`` file (``.jsonl.gz`` is read compressed).
         block_size: tokens per hash id (512 for the published traces).
 
     Returns:
@@ -46,9 +47,11 @@ def load_mooncake(path: str | Path, *, block_size: int = MOONCAKE_BLOCK_SIZE) ->
             a record that is not an object, a missing field, a non-numeric or negative
             timestamp, a timestamp earlier than the previous line's, a negative or
             non-integer length, a non-integer or out-of-range (not u64) hash id, or
-            ``len(hash_ids) != ceil(input_length / block_size)``; also for a file with
-            no records.
-        FileNotFoundError: the file does not exist.
+            ``len(hash_ids) != ceil(input_length / block_size)``, an id seen earlier
+            with another parent or at another position (the ids are not chained; the
+            message names both lines), bytes that are not UTF-8 text; also for a
+            file with no records.
+        FileNotFoundError: the file does not exist or is not a regular file.
 
     Example:
         >>> from kvlab.paths import bundled_trace_path
@@ -59,25 +62,29 @@ def load_mooncake(path: str | Path, *, block_size: int = MOONCAKE_BLOCK_SIZE) ->
     path = Path(path)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+    check_trace_path(path)
     columns: dict[str, list] = {"arrival_s": [], "input_tokens": [], "output_tokens": [], "block_keys": []}
     unknown: dict[str, int] = {}
+    chain = _ChainCheck(path)
     last_ms = -math.inf
-    with path.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            record = _parse_line(path, lineno, line)
-            ts, n_in, n_out, ids = _check_record(path, lineno, record, block_size)
-            if ts < last_ms:
-                raise TraceFormatError(path, lineno, f"timestamp {ts} is earlier than the previous "
-                                                     f"record's {last_ms}; records must be in arrival order")
-            last_ms = ts
-            for key in record.keys() - set(MOONCAKE_FIELDS):
-                unknown.setdefault(key, lineno)
-            columns["arrival_s"].append(ts / 1000.0)
-            columns["input_tokens"].append(n_in)
-            columns["output_tokens"].append(n_out)
-            columns["block_keys"].append(ids)
+    for lineno, line in iter_lines(path):
+        if not line.strip():
+            continue
+        record = parse_json_line(path, lineno, line)
+        if not isinstance(record, dict):
+            raise TraceFormatError(path, lineno, f"expected a JSON object, got {type(record).__name__}")
+        ts, n_in, n_out, ids = _check_record(path, lineno, record, block_size)
+        if ts < last_ms:
+            raise TraceFormatError(path, lineno, f"timestamp {ts} is earlier than the previous "
+                                                 f"record's {last_ms}; records must be in arrival order")
+        last_ms = ts
+        chain.add(lineno, ids)
+        for key in record.keys() - set(MOONCAKE_FIELDS):
+            unknown.setdefault(key, lineno)
+        columns["arrival_s"].append(ts / 1000.0)
+        columns["input_tokens"].append(n_in)
+        columns["output_tokens"].append(n_out)
+        columns["block_keys"].append(ids)
     if not columns["arrival_s"]:
         raise TraceFormatError(path, None, "no records (empty file)")
     if unknown:
@@ -92,14 +99,27 @@ def load_mooncake(path: str | Path, *, block_size: int = MOONCAKE_BLOCK_SIZE) ->
     return Trace(frame, block_size=block_size, source=str(path))
 
 
-def _parse_line(path: Path, lineno: int, line: str) -> dict:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise TraceFormatError(path, lineno, f"malformed JSON: {err.msg} at column {err.colno}") from None
-    if not isinstance(record, dict):
-        raise TraceFormatError(path, lineno, f"expected a JSON object, got {type(record).__name__}")
-    return record
+class _ChainCheck:
+    """Remembers each id's (parent, position, line) to reject ids that are not chained."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seen: dict[int, tuple[int | None, int, int]] = {}
+
+    def add(self, lineno: int, ids: list[int]) -> None:
+        parent = None
+        for position, key in enumerate(ids):
+            first = self.seen.setdefault(key, (parent, position, lineno))
+            if first[:2] != (parent, position):
+                raise TraceFormatError(
+                    self.path, lineno,
+                    f"hash_ids[{position}]={key} follows {_parent(parent)} here but {_parent(first[0])} at "
+                    f"position {first[1]} on line {first[2]}: the ids are not prefix-chained")
+            parent = key
+
+
+def _parent(parent: int | None) -> str:
+    return "nothing (first block)" if parent is None else f"id {parent}"
 
 
 def _is_int(value: object) -> bool:

@@ -88,12 +88,22 @@ def chat_sessions(workload: ChatWorkload | None = None, *, seed: int | np.random
         A :class:`Trace` in arrival order with an extra ``session_id`` (u64) column;
         ``source`` records the parameters and seed.
 
+    Raises:
+        ValueError: ``workload`` is not a :class:`ChatWorkload`, ``seed`` is not an
+            integer >= 0 or a Generator (``None`` would not be reproducible), or no
+            session's first prompt fits in ``max_input_tokens``.
+
     Example:
         >>> trace = chat_sessions(ChatWorkload(n_sessions=5, block_size=64), seed=1)
         >>> trace.check_chained().height, trace.frame["session_id"].n_unique()
         (0, 5)
     """
-    wl = workload or ChatWorkload()
+    wl = ChatWorkload() if workload is None else workload
+    if not isinstance(wl, ChatWorkload):
+        raise ValueError(f"workload must be a ChatWorkload or None, got {workload!r}")
+    if not isinstance(seed, np.random.Generator) and (
+            isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise ValueError(f"seed must be an integer >= 0 or a numpy Generator, got {seed!r}")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     turns = rng.geometric(1.0 / wl.mean_turns, size=wl.n_sessions)
     n_turns = int(turns.sum())
@@ -128,6 +138,10 @@ def chat_sessions(workload: ChatWorkload | None = None, *, seed: int | np.random
             context = prompt + int(output[t + turn])
             arrival += float(think[t + turn])
         t += int(turns[session])
+    if not rows["arrival_s"]:
+        raise ValueError(f"no request generated: every session's first prompt exceeds max_input_tokens="
+                         f"{wl.max_input_tokens} (system prompt {wl.system_prompt_tokens} tokens, user messages "
+                         f"~{wl.user_tokens_mean:g} tokens)")
     order = np.argsort(np.asarray(rows["arrival_s"]), kind="stable")
     frame = pl.DataFrame({
         "request_id": np.arange(order.shape[0], dtype=np.uint64),

@@ -11,7 +11,7 @@ import polars as pl
 
 from kvlab.traces.flat import FlatTrace, flatten_block_keys
 
-#: Required columns and their canonical dtypes (DESIGN.md "Data model").
+#: Required columns and their canonical dtypes (docs/DESIGN.md "Data model").
 REQUIRED_COLUMNS: dict[str, pl.DataType] = {
     "request_id": pl.UInt64(),
     "arrival_s": pl.Float64(),
@@ -75,7 +75,7 @@ class TraceStats:
 class Trace:
     """A workload: a polars frame with one row per request, plus block size and source.
 
-    Columns (DESIGN.md): ``request_id`` (u64, unique), ``arrival_s`` (f64, seconds,
+    Columns (docs/DESIGN.md): ``request_id`` (u64, unique), ``arrival_s`` (f64, seconds,
     non-decreasing — rows are in arrival order), ``input_tokens`` (u32),
     ``output_tokens`` (u32), ``block_keys`` (``list[u64]``, chained: equal key ⇒ equal
     whole prefix, one key per ``block_size`` tokens of the prompt, the last block
@@ -89,10 +89,12 @@ class Trace:
         source: where the trace came from (a path, or a generator and its parameters).
 
     Raises:
-        ValueError: a missing column, a value that does not fit its dtype (e.g. a
-            negative length), a null, a duplicate ``request_id``, decreasing or
-            non-finite arrivals, or a block count that does not match the input length;
-            the message names the column and the first offending row.
+        ValueError: an empty frame, a missing column, a column of the wrong kind
+            (integer columns must hold integers — floats are not truncated; times must
+            be numbers), a negative or out-of-range value, a null, a duplicate
+            ``request_id``, decreasing or non-finite arrivals, or a block count that
+            does not match the input length; the message names the column and the
+            first offending row.
 
     Example:
         >>> import polars as pl
@@ -119,6 +121,8 @@ class Trace:
                 or self.block_size < 1:
             raise ValueError(f"block_size must be an integer >= 1, got {self.block_size!r}")
         object.__setattr__(self, "block_size", int(self.block_size))
+        if not isinstance(self.source, str):
+            raise ValueError(f"source must be a string, got {self.source!r}")
         object.__setattr__(self, "frame", _canonical_frame(self.frame, self.block_size))
 
     # -- size ---------------------------------------------------------------------------
@@ -156,12 +160,11 @@ class Trace:
             A :class:`TraceStats` (``str()`` gives a readable table).
         """
         f = self.frame
-        empty = f.height == 0
 
         def stat(col: str, how: str) -> float:
-            return 0 if empty else getattr(f[col], how)()
+            return getattr(f[col], how)()
 
-        span = 0.0 if empty else float(f["arrival_s"].max() - f["arrival_s"].min())
+        span = float(f["arrival_s"].max() - f["arrival_s"].min())
         blocks = self.flat.blocks_per_request()
         return TraceStats(
             source=self.source, block_size_tokens=self.block_size, requests=f.height,
@@ -174,7 +177,7 @@ class Trace:
             output_tokens_max=int(stat("output_tokens", "max")),
             input_tokens_total=int(f["input_tokens"].cast(pl.UInt64).sum()),
             block_refs=self.block_refs, distinct_blocks=self.distinct_blocks,
-            max_blocks_per_request=int(blocks.max()) if blocks.size else 0,
+            max_blocks_per_request=int(blocks.max()),
         )
 
     def check_chained(self) -> pl.DataFrame:
@@ -236,7 +239,10 @@ def read_trace_parquet(path: str | Path) -> Trace:
     """
     from kvlab.traces.errors import TraceFormatError
 
-    meta = pl.read_parquet_metadata(path)
+    try:
+        meta = pl.read_parquet_metadata(path)
+    except Exception as err:  # polars raises ComputeError and others for non-Parquet bytes
+        raise TraceFormatError(path, None, f"not a readable Parquet file: {err}") from None
     if _PARQUET_KEYS[0] not in meta:
         raise TraceFormatError(path, None, f"Parquet file has no {_PARQUET_KEYS[0]!r} metadata; "
                                            "write it with Trace.write_parquet")
@@ -246,17 +252,32 @@ def read_trace_parquet(path: str | Path) -> Trace:
         raise TraceFormatError(path, None, str(err)) from err
 
 
+def _dtype_ok(col: str, dtype: pl.DataType) -> bool:
+    """Integers stay integers and times stay numbers: no truncating or parsing casts."""
+    if col == "arrival_s":
+        return dtype.is_numeric()
+    if isinstance(dtype, pl.List):
+        inner = dtype.inner
+        return inner == pl.Null or inner.is_integer()
+    return dtype.is_integer()
+
+
 def _canonical_frame(frame: pl.DataFrame, block_size: int) -> pl.DataFrame:
-    """Cast required columns to their dtypes and check the trace invariants."""
+    """Check dtypes, cast required columns to theirs and check the trace invariants."""
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"trace frame is missing column(s) {missing}; has {frame.columns}")
+    if frame.height == 0:
+        raise ValueError("a trace needs at least one request; the frame is empty")
     casts = {**REQUIRED_COLUMNS, **{c: t for c, t in TYPED_OPTIONAL_COLUMNS.items() if c in frame.columns}}
     for col, dtype in casts.items():
+        if not _dtype_ok(col, frame.schema[col]):
+            kind = "numeric" if col == "arrival_s" else "integer"
+            raise ValueError(f"column {col!r} must have {kind} values ({dtype}), got dtype {frame.schema[col]}")
         try:
             frame = frame.with_columns(frame[col].cast(dtype, strict=True))
         except Exception as err:  # polars raises several error types for a failed cast
-            raise ValueError(f"column {col!r} cannot be cast to {dtype}: {err}") from None
+            raise ValueError(f"column {col!r} has a value out of range for {dtype} (negative?): {err}") from None
         _reject_nulls(frame[col], col)
     frame = frame.select(*REQUIRED_COLUMNS, *[c for c in frame.columns if c not in REQUIRED_COLUMNS])
     _check_rows(frame, block_size)

@@ -44,31 +44,38 @@ class ReplayPanel:
 
     Args:
         trace: the workload.
-        capacity_blocks: initial capacity (moved to the nearest slider stop).
+        capacity_blocks: initial capacity in blocks, ``None`` or ``"unbounded"``; a
+            capacity that is not one of the 1-2-5 stops is added as a stop of its own.
         policy: eviction policy name.
 
     Raises:
-        ValueError: unknown policy.
+        ValueError: not a :class:`~kvlab.traces.Trace`, an invalid capacity or an
+            unknown policy.
 
     Example:
         >>> from kvlab.traces import chat_sessions, ChatWorkload
-        >>> panel = ReplayPanel(chat_sessions(ChatWorkload(n_sessions=30, block_size=64)), capacity_blocks=200)
-        >>> panel.capacity.value
-        200
+        >>> panel = ReplayPanel(chat_sessions(ChatWorkload(n_sessions=30, block_size=64)), capacity_blocks=300)
+        >>> panel.capacity.value  # 300 is not a 1-2-5 stop: it becomes one
+        300
         >>> panel.capacity.value = 500  # as a user moving the slider
         >>> panel.result.summary.capacity_blocks
         500
     """
 
-    def __init__(self, trace: Trace, *, capacity_blocks: int | None = 10_000, policy: str = "lru") -> None:
-        ReplayConfig(policy=policy)  # validates the name
+    def __init__(self, trace: Trace, *, capacity_blocks: int | str | None = 10_000, policy: str = "lru") -> None:
+        if not isinstance(trace, Trace):
+            raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
+        if capacity_blocks == UNBOUNDED:
+            capacity_blocks = None
+        ReplayConfig(policy=policy, capacity_blocks=capacity_blocks)  # validates both
         self.trace = trace
         self.policy = policy
         options = capacity_options(trace.distinct_blocks)
-        stops = [v for _, v in options if v != UNBOUNDED]
-        start = UNBOUNDED if capacity_blocks is None else min(stops, key=lambda v: abs(v - capacity_blocks))
-        self.capacity = widgets.SelectionSlider(options=options, value=start, description="capacity",
-                                                continuous_update=False)
+        if capacity_blocks is not None and capacity_blocks not in [v for _, v in options]:
+            options = sorted(options[:-1] + [(f"{capacity_blocks:,}", capacity_blocks)], key=lambda o: o[1])
+            options.append(("unbounded", UNBOUNDED))
+        self.capacity = widgets.SelectionSlider(options=options, description="capacity", continuous_update=False,
+                                                value=UNBOUNDED if capacity_blocks is None else capacity_blocks)
         self.touch_order = widgets.ToggleButtons(options=list(TOUCH_ORDERS), description="touch order")
         self.warmup = widgets.FloatSlider(value=0.0, min=0.0, max=0.9, step=0.05, description="warm-up",
                                           continuous_update=False, readout_format=".2f")
@@ -103,7 +110,9 @@ class ReplayPanel:
     def _chart(self, result: ReplayResult) -> alt.VConcatChart:
         s = result.summary
         cap = "unbounded" if s.capacity_blocks is None else f"{s.capacity_blocks:,} blocks"
-        return occupancy_chart(result.timeline, title=f"{self.policy.upper()} cache, {cap}")
+        measured = result.requests.filter("measured")["arrival_s"]
+        warmup_end_s = measured[0] if s.warmup_requests and len(measured) else None
+        return occupancy_chart(result.timeline, title=f"{self.policy.upper()} cache, {cap}", warmup_end_s=warmup_end_s)
 
     def _show_summary(self, result: ReplayResult) -> None:
         s = result.summary
@@ -116,6 +125,6 @@ class ReplayPanel:
         return self.ui._repr_mimebundle_(**kwargs)
 
 
-def replay_panel(trace: Trace, *, capacity_blocks: int | None = 10_000, policy: str = "lru") -> ReplayPanel:
+def replay_panel(trace: Trace, *, capacity_blocks: int | str | None = 10_000, policy: str = "lru") -> ReplayPanel:
     """Build a :class:`ReplayPanel` for ``trace`` (display it in a notebook cell)."""
     return ReplayPanel(trace, capacity_blocks=capacity_blocks, policy=policy)

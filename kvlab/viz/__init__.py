@@ -53,31 +53,40 @@ def downsample_timeline(timeline: pl.DataFrame, max_points: int = 1000) -> pl.Da
     )
 
 
-def occupancy_chart(timeline: pl.DataFrame, *, max_points: int = 1000, title: str | None = None) -> alt.VConcatChart:
+def occupancy_chart(timeline: pl.DataFrame, *, max_points: int = 1000, title: str | None = None,
+                    warmup_end_s: float | None = None) -> alt.VConcatChart:
     """Cache occupancy over time, with the rolling hit ratio underneath.
 
     Args:
         timeline: a replay timeline (``step, time_s, tier, metric, value``).
         max_points: bins per metric after downsampling.
         title: chart title.
+        warmup_end_s: arrival time of the first measured request; drawn as a grey rule
+            in both panels when given.
 
     Returns:
-        Top: ``used_blocks`` per tier (line) and ``capacity_blocks`` (dashed); bottom:
-        ``hit_ratio_rolling``; x is the arrival time in seconds.
+        Top: ``used_blocks`` (solid) and ``capacity_blocks`` (dashed), colour by tier;
+        bottom: ``hit_ratio_rolling``; x is the arrival time in seconds.
     """
     data = downsample_timeline(timeline, max_points)
-    x = alt.X("time_s:Q", title="arrival time (s)")
-    base = alt.Chart(data).encode(x=x, color=alt.Color("tier:N", title="tier"))
-    used = base.transform_filter(alt.datum.metric == "used_blocks").mark_line().encode(
-        y=alt.Y("value:Q", title="blocks in use"),
-        tooltip=["step:Q", "time_s:Q", "tier:N", alt.Tooltip("value:Q", title="used blocks")])
-    capacity = base.transform_filter(alt.datum.metric == "capacity_blocks").mark_line(strokeDash=[6, 4]).encode(
-        y="value:Q", tooltip=["tier:N", alt.Tooltip("value:Q", title="capacity blocks")])
-    ratio = base.transform_filter(alt.datum.metric == "hit_ratio_rolling").mark_line().encode(
-        y=alt.Y("value:Q", title="rolling block hit ratio", scale=alt.Scale(domain=[0, 1])),
+    x = alt.X("time_s:Q", title="arrival time (s)", scale=alt.Scale(nice=False, zero=False))
+    color = alt.Color("tier:N", title="tier")
+    dash = alt.StrokeDash("metric:N", title="series", scale=alt.Scale(
+        domain=["used_blocks", "capacity_blocks"], range=[[1, 0], [6, 4]]))
+    blocks = alt.Chart(data).transform_filter(
+        alt.FieldOneOfPredicate(field="metric", oneOf=["used_blocks", "capacity_blocks"])
+    ).mark_line().encode(
+        x=x, y=alt.Y("value:Q", title="blocks"), color=color, strokeDash=dash,
+        tooltip=["step:Q", "time_s:Q", "tier:N", "metric:N", alt.Tooltip("value:Q", format=",")])
+    ratio = alt.Chart(data).transform_filter(alt.datum.metric == "hit_ratio_rolling").mark_line().encode(
+        x=x, y=alt.Y("value:Q", title="rolling block hit ratio", scale=alt.Scale(domain=[0, 1])), color=color,
         tooltip=["step:Q", "time_s:Q", alt.Tooltip("value:Q", title="hit ratio", format=".3f")])
-    top = (used + capacity).properties(width=640, height=220)
-    chart = alt.vconcat(top, ratio.properties(width=640, height=120))
+    top, bottom = blocks, ratio
+    if warmup_end_s is not None:
+        rule = alt.Chart(pl.DataFrame({"time_s": [float(warmup_end_s)], "label": ["warm-up ends"]})).mark_rule(
+            color="grey", strokeDash=[2, 2]).encode(x="time_s:Q", tooltip=["label:N", "time_s:Q"])
+        top, bottom = blocks + rule, ratio + rule
+    chart = alt.vconcat(top.properties(width=640, height=220), bottom.properties(width=640, height=120))
     return chart.properties(title=title) if title else chart
 
 
@@ -106,8 +115,10 @@ def hit_ratio_curve(frame: pl.DataFrame, *, metric: str = "token_hit_ratio", col
     bounded = frame.filter(pl.col("capacity_blocks").is_not_null())
     ceiling = frame.filter(pl.col("capacity_blocks").is_null())
     enc_color = alt.Color(f"{color}:N", title=color)
+    ticks = sorted(set(bounded["capacity_blocks"].to_list()))
     lines = alt.Chart(bounded).mark_line(point=True).encode(
-        x=alt.X("capacity_blocks:Q", scale=alt.Scale(type="log"), title="capacity (blocks)"),
+        x=alt.X("capacity_blocks:Q", scale=alt.Scale(type="log"), title="capacity (blocks)",
+                axis=alt.Axis(values=ticks, format="~s", labelOverlap="greedy")),
         y=alt.Y(f"{metric}:Q", title=label, scale=alt.Scale(domain=[0, 1])),
         color=enc_color,
         tooltip=[f"{color}:N", "capacity_blocks:Q", alt.Tooltip(f"{metric}:Q", format=".4f")],

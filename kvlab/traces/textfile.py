@@ -1,0 +1,52 @@
+"""Opening trace files as text lines: plain or gzip-compressed, UTF-8, errors with file:line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from kvlab.traces.errors import TraceFormatError
+
+
+def check_trace_path(path: Path) -> None:
+    """Raise a clear error unless ``path`` names an existing regular file.
+
+    Raises:
+        FileNotFoundError: missing, empty path, or a directory / device instead of a file.
+    """
+    if str(path) in ("", "."):
+        raise FileNotFoundError("empty trace path")
+    if path.is_dir():
+        raise FileNotFoundError(f"{path} is a directory, not a trace file")
+    if not path.is_file():
+        raise FileNotFoundError(f"no trace file at {path}")
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(1-based line number, line)`` of a UTF-8 text file, ``.gz`` decompressed.
+
+    Raises:
+        TraceFormatError: the bytes are not UTF-8 text (or not gzip for ``.gz``), with
+            the line where decoding failed.
+    """
+    opener = gzip.open if path.suffix == ".gz" else open
+    lineno = 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, start=1):  # noqa: B007 - lineno used after the loop
+                yield lineno, line
+    except UnicodeDecodeError as err:
+        raise TraceFormatError(path, lineno + 1, f"not UTF-8 text ({err.reason} at byte {err.start} of the "
+                               "line); a binary or compressed file? (.gz files are read compressed)") from None
+    except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError
+        raise TraceFormatError(path, lineno + 1, f"cannot read: {err}") from None
+
+
+def parse_json_line(path: Path, lineno: int, line: str) -> object:
+    """``json.loads`` with a :class:`TraceFormatError` naming file and line."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as err:
+        raise TraceFormatError(path, lineno, f"malformed JSON: {err.msg} at column {err.colno}") from None
