@@ -1,0 +1,267 @@
+"""One interface for every engine's block hashing, and the request inputs it hashes.
+
+A :class:`BlockHasher` turns a prompt's token ids (and the request's extra inputs,
+:class:`RequestExtras`) into chained block hashes in the engine's *native* form
+(:meth:`BlockHasher.block_hashes`: bytes for vLLM, hex strings for SGLang, integers for
+llm-d and Dynamo) and into kvlab's *block keys* (:meth:`BlockHasher.block_keys`: one
+``uint64`` per hashed block, the engine's own 64-bit form — the id it publishes in KV
+events, or its request key), which is what a :class:`~kvlab.traces.Trace` stores.
+
+Chained: the hash of block ``i`` covers tokens ``[0, (i + 1) * block_size)`` and the
+extra inputs that apply to them, so equal hashes mean equal whole prefixes::
+
+    tokens   | t0 .. t15 | t16 .. t31 | t32 .. t39 (partial)
+    hashes   |    h0     |  h1(h0, ·) |  h2(h1, ·) only if hashes_partial_tail
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: A block hash in an engine's native form.
+BlockHash = bytes | int | str
+U64_MASK = (1 << 64) - 1
+
+
+def _check_str(name: str, value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{name} must be a string or None, got {value!r}")
+
+
+@dataclass(frozen=True)
+class MMItem:
+    """A multimodal item (image, audio clip …) whose placeholder tokens sit in the prompt.
+
+    Attributes:
+        identifier: the item's content hash as the engine receives it (vLLM's
+            ``mm_hash``, a blake3 hex digest by default; any string).
+        offset: position of the item's first placeholder token in the prompt.
+        length: number of placeholder tokens (≥ 1); the item covers
+            ``[offset, offset + length)``.
+
+    Raises:
+        ValueError: empty identifier, negative offset or length < 1.
+
+    Example:
+        >>> MMItem("img-0", offset=5, length=6).end
+        11
+    """
+
+    identifier: str
+    offset: int
+    length: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.identifier, str) or not self.identifier:
+            raise ValueError(f"identifier must be a non-empty string, got {self.identifier!r}")
+        for name, low in (("offset", 0), ("length", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+    @property
+    def end(self) -> int:
+        """One past the item's last placeholder token."""
+        return self.offset + self.length
+
+    def overlaps(self, start: int, end: int) -> bool:
+        """Whether the item's placeholder range overlaps tokens ``[start, end)``."""
+        return self.offset < end and start < self.end
+
+
+@dataclass(frozen=True)
+class RequestExtras:
+    """Everything besides token ids that an engine mixes into block hashes.
+
+    Each profile uses the fields its engine uses (see its docstring); one
+    ``RequestExtras`` therefore describes a request for every engine side by side.
+
+    Attributes:
+        lora_name: LoRA adapter name (vLLM tagged key; llm-d root salt; Dynamo seed
+            salt; SGLang ``extra_key``).
+        lora_path: LoRA adapter path (vLLM's tagged LoRA key includes it).
+        lora_identity: a content digest of the adapter weights; when set, vLLM's LoRA
+            keys become ``("lora", name)`` + ``("lora_identity", id)`` — the fix proposed
+            for stale reuse after an in-place reload (vLLM issue #42125, PR #48352).
+            vLLM 0.33 itself keys on name and path only.
+        mm_items: multimodal items, any order (profiles sort by offset).
+        cache_salt: per-tenant salt (vLLM ``cache_salt``; Dynamo cache namespace;
+            SGLang ``cache_salt``).
+        prompt_embeds: vLLM prompt embeddings: a ``(n_tokens, hidden)`` array (hashed
+            as the raw bytes of rows ``[start, end)`` of each block) or a mapping
+            ``(start, end) -> 32-byte sha256 digest`` per block.
+
+    Raises:
+        ValueError: a field of the wrong type (names the field and value).
+
+    Example:
+        >>> extras = RequestExtras(lora_name="ad", mm_items=(MMItem("img", 2, 3),), cache_salt="s")
+        >>> extras.is_empty
+        False
+    """
+
+    lora_name: str | None = None
+    lora_path: str | None = None
+    lora_identity: str | None = None
+    mm_items: tuple[MMItem, ...] = ()
+    cache_salt: str | None = None
+    prompt_embeds: np.ndarray | Mapping[tuple[int, int], bytes] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("lora_name", "lora_path", "lora_identity", "cache_salt"):
+            _check_str(name, getattr(self, name))
+        items = tuple(self.mm_items)
+        if not all(isinstance(item, MMItem) for item in items):
+            raise ValueError(f"mm_items must be MMItem values, got {self.mm_items!r}")
+        object.__setattr__(self, "mm_items", tuple(sorted(items, key=lambda item: item.offset)))
+        embeds = self.prompt_embeds
+        if embeds is not None and not isinstance(embeds, (np.ndarray, Mapping)):
+            raise ValueError(f"prompt_embeds must be an array or a mapping (start, end) -> digest, got "
+                             f"{type(embeds).__name__}")
+
+    @property
+    def is_empty(self) -> bool:
+        """True when nothing but tokens would be hashed."""
+        return (self.lora_name is None and self.lora_path is None and self.lora_identity is None
+                and not self.mm_items and not self.cache_salt and self.prompt_embeds is None)
+
+
+NO_EXTRAS = RequestExtras()
+
+
+def as_token_array(token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Token ids as ``int64[n]``, checked.
+
+    Raises:
+        ValueError: not one-dimensional, not integers, or negative.
+    """
+    arr = np.asarray(token_ids)
+    if arr.ndim != 1:
+        raise ValueError(f"token_ids must be one-dimensional, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"token_ids must be integers, got dtype {arr.dtype}")
+    if arr.dtype.kind == "i" and arr.min() < 0:
+        raise ValueError(f"token_ids must be >= 0, got {int(arr.min())}")
+    return arr.astype(np.int64) if arr.dtype != np.uint64 else arr
+
+
+class BlockHasher(ABC):
+    """Chained block hashing of one engine (a *profile*).
+
+    Attributes:
+        name: the profile, e.g. ``"vllm.sha256"``.
+        block_size: tokens per hashed block (the engine's block / page / chunk size).
+        hashes_partial_tail: whether a trailing partial block gets a hash (SGLang:
+            yes; vLLM, llm-d, Dynamo: no; LMCache: configurable). A trace built with
+            this hasher then has ``ceil`` (yes) or ``floor`` (no) of
+            ``input_tokens / block_size`` keys per request.
+    """
+
+    name: str
+    block_size: int
+    hashes_partial_tail: bool = False
+
+    @abstractmethod
+    def block_hashes(self, token_ids: Sequence[int] | np.ndarray,
+                     extras: RequestExtras | None = None) -> list[BlockHash]:
+        """Native chained hashes of the prompt's blocks, in order.
+
+        Raises:
+            ValueError: invalid token ids or extras.
+        """
+
+    @abstractmethod
+    def to_u64(self, block_hash: BlockHash) -> int:
+        """The engine's 64-bit form of one native hash (e.g. its KV-event id)."""
+
+    def block_keys(self, token_ids: Sequence[int] | np.ndarray, extras: RequestExtras | None = None) -> np.ndarray:
+        """``uint64[n_blocks]``: :meth:`to_u64` of every block hash — kvlab's block keys."""
+        return np.array([self.to_u64(h) for h in self.block_hashes(token_ids, extras)], dtype=np.uint64)
+
+    def n_hashed_blocks(self, n_tokens: int) -> int:
+        """Number of blocks a prompt of ``n_tokens`` tokens gets hashes for."""
+        full, rest = divmod(n_tokens, self.block_size)
+        return full + (1 if rest and self.hashes_partial_tail else 0)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, block_size={self.block_size})"
+
+
+def check_block_size(block_size: object, name: str = "block_size") -> int:
+    """Validate a block size (integer >= 1) and return it as ``int``.
+
+    Raises:
+        ValueError: naming the parameter and the value.
+    """
+    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {block_size!r}")
+    return int(block_size)
+
+
+def u64_from_bytes_last8(digest: bytes) -> int:
+    """The last 8 bytes of ``digest``, big-endian, unsigned (left-padded when shorter).
+
+    This is vLLM's event form of a hash (``maybe_convert_block_hash``) and llm-d's and
+    Dynamo's normalisation of byte hashes.
+
+    Example:
+        >>> u64_from_bytes_last8(bytes.fromhex("0102"))
+        258
+    """
+    return int.from_bytes(digest[-8:], "big")
+
+
+def u64_from_signed(value: int) -> int:
+    """Two's-complement reinterpretation of a signed 64-bit integer as unsigned.
+
+    Example:
+        >>> u64_from_signed(-1)
+        18446744073709551615
+    """
+    return value & U64_MASK
+
+
+def coarse_view(hashes: Sequence[BlockHash], scale: int) -> list[BlockHash]:
+    """Hashes of blocks ``scale`` times larger: each coarse block takes the hash of the
+    last fine block inside it; an incomplete trailing group is dropped.
+
+    Models vLLM's ``BlockHashListWithBlockSize`` (a KV-cache group whose block size is a
+    multiple of the hash block size; no re-hashing).
+
+    Raises:
+        ValueError: ``scale < 1``.
+
+    Example:
+        >>> coarse_view(["h0", "h1", "h2", "h3", "h4"], 2)
+        ['h1', 'h3']
+    """
+    scale = check_block_size(scale, "scale")
+    return [hashes[(i + 1) * scale - 1] for i in range(len(hashes) // scale)]
+
+
+def normalize_engine_hash(value: bytes | int) -> int:
+    """An engine's published block hash as ``u64``: bytes → last 8 bytes big-endian;
+    a negative int (SGLang's int64) → two's complement; a u64 is kept.
+
+    Models llm-d ``getHashAsUint64`` and Dynamo ``BlockHashValue::into_u64``.
+
+    Raises:
+        ValueError: not bytes or int, or an int outside ``[-2**63, 2**64)``.
+
+    Example:
+        >>> normalize_engine_hash(-1), normalize_engine_hash(b"\\x01\\x02"), normalize_engine_hash(12345)
+        (18446744073709551615, 258, 12345)
+    """
+    if isinstance(value, (bytes, bytearray)):
+        return u64_from_bytes_last8(bytes(value))
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"an engine block hash must be bytes or an integer, got {value!r}")
+    if not -(1 << 63) <= value <= U64_MASK:
+        raise ValueError(f"an engine block hash must fit 64 bits, got {value}")
+    return u64_from_signed(int(value))
