@@ -134,7 +134,8 @@ NO_EXTRAS = RequestExtras()
 
 
 def as_token_array(token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
-    """Token ids as ``int64[n]``, checked.
+    """Token ids as ``int64[n]`` (``uint64`` arrays are kept), checked; no copy when
+    already ``int64``.
 
     Raises:
         ValueError: not one-dimensional, not integers, or negative.
@@ -148,7 +149,7 @@ def as_token_array(token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
         raise ValueError(f"token_ids must be integers, got dtype {arr.dtype}")
     if arr.dtype.kind == "i" and arr.min() < 0:
         raise ValueError(f"token_ids must be >= 0, got {int(arr.min())}")
-    return arr.astype(np.int64) if arr.dtype != np.uint64 else arr
+    return arr if arr.dtype == np.uint64 else arr.astype(np.int64, copy=False)
 
 
 class BlockHasher(ABC):

@@ -84,3 +84,17 @@ def flatten_block_keys(block_keys: pl.Series, input_tokens: pl.Series, block_siz
         input_tokens=input_tokens.to_numpy().astype(np.int64),
         block_size=block_size,
     )
+
+
+def list_series(arrays: list[np.ndarray], inner: pl.DataType = pl.UInt64) -> pl.Series:
+    """A ``list[inner]`` series from per-row numpy arrays.
+
+    Polars builds a fixed-size ``Array`` column when every row has the same length,
+    whatever dtype is asked for; this always returns a ``List`` column.
+
+    Example:
+        >>> list_series([np.array([1, 2]), np.array([3, 4])]).dtype
+        List(UInt64)
+    """
+    series = pl.Series(arrays) if arrays else pl.Series([], dtype=pl.List(inner))
+    return series.cast(pl.List(inner))

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import polars as pl
 
+from kvlab.traces.flat import list_series
 from kvlab.traces.trace import Trace
 
 
@@ -148,7 +149,7 @@ def chat_sessions(workload: ChatWorkload | None = None, *, seed: int | np.random
         "arrival_s": np.asarray(rows["arrival_s"])[order],
         "input_tokens": np.asarray(rows["input_tokens"], dtype=np.uint32)[order],
         "output_tokens": np.asarray(rows["output_tokens"], dtype=np.uint32)[order],
-        "block_keys": pl.Series([rows["keys"][i] for i in order], dtype=pl.List(pl.UInt64)),
+        "block_keys": list_series([rows["keys"][i] for i in order]),
         "session_id": np.asarray(rows["session_id"], dtype=np.uint64)[order],
     })
     seed_repr = "Generator" if isinstance(seed, np.random.Generator) else seed

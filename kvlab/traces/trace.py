@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from kvlab.hashing.base import BlockHasher
 from kvlab.traces.flat import FlatTrace, flatten_block_keys
 
 #: Required columns and their canonical dtypes (docs/DESIGN.md "Data model").
@@ -23,7 +24,7 @@ REQUIRED_COLUMNS: dict[str, pl.DataType] = {
 #: ``lora_name``, are kept as given).
 TYPED_OPTIONAL_COLUMNS: dict[str, pl.DataType] = {"token_ids": pl.List(pl.UInt32())}
 
-_PARQUET_KEYS = ("kvlab.block_size", "kvlab.source")
+_PARQUET_KEYS = ("kvlab.block_size", "kvlab.source", "kvlab.partial_block_keyed")
 
 
 @dataclass(frozen=True)
@@ -78,14 +79,17 @@ class Trace:
     Columns (docs/DESIGN.md): ``request_id`` (u64, unique), ``arrival_s`` (f64, seconds,
     non-decreasing — rows are in arrival order), ``input_tokens`` (u32),
     ``output_tokens`` (u32), ``block_keys`` (``list[u64]``, chained: equal key ⇒ equal
-    whole prefix, one key per ``block_size`` tokens of the prompt, the last block
-    possibly partial, so ``len == ceil(input_tokens / block_size)``); optional
+    whole prefix, one key per ``block_size`` tokens of the prompt; with
+    ``partial_block_keyed`` the last, partial block has a key too (Mooncake ids, SGLang
+    pages), so ``len == ceil(input_tokens / block_size)``, else only full blocks are keyed
+    (vLLM, llm-d, Dynamo) and ``len == floor(input_tokens / block_size)``); optional
     ``token_ids`` (``list[u32]``, ``len == input_tokens``), ``session_id``, ``model``,
     ``lora_name``. Columns are cast to these dtypes on construction.
 
     Args:
         frame: the requests.
         block_size: tokens per block (≥ 1).
+        partial_block_keyed: whether a request's trailing partial block has a key.
         source: where the trace came from (a path, or a generator and its parameters).
 
     Raises:
@@ -113,6 +117,7 @@ class Trace:
     frame: pl.DataFrame
     block_size: int
     source: str = "unknown"
+    partial_block_keyed: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.frame, pl.DataFrame):
@@ -123,7 +128,9 @@ class Trace:
         object.__setattr__(self, "block_size", int(self.block_size))
         if not isinstance(self.source, str):
             raise ValueError(f"source must be a string, got {self.source!r}")
-        object.__setattr__(self, "frame", _canonical_frame(self.frame, self.block_size))
+        if not isinstance(self.partial_block_keyed, bool):
+            raise ValueError(f"partial_block_keyed must be a bool, got {self.partial_block_keyed!r}")
+        object.__setattr__(self, "frame", _canonical_frame(self.frame, self.block_size, self.partial_block_keyed))
 
     # -- size ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -145,13 +152,30 @@ class Trace:
         return flatten_block_keys(self.frame["block_keys"], self.frame["input_tokens"], self.block_size)
 
     def __repr__(self) -> str:
+        tail = "" if self.partial_block_keyed else ", full blocks only"
         return (f"Trace(source={self.source!r}, requests={len(self)}, block_size={self.block_size}, "
-                f"block_refs={self.block_refs}, distinct_blocks={self.distinct_blocks})")
+                f"block_refs={self.block_refs}, distinct_blocks={self.distinct_blocks}{tail})")
 
     # -- views ----------------------------------------------------------------------------
     def head(self, n: int) -> Trace:
         """The first ``n`` requests as a new trace (same block size and source)."""
-        return Trace(self.frame.head(n), self.block_size, f"{self.source}[:{n}]")
+        return Trace(self.frame.head(n), self.block_size, f"{self.source}[:{n}]", self.partial_block_keyed)
+
+    @classmethod
+    def from_token_ids(cls, frame: pl.DataFrame, hasher: BlockHasher, *, source: str = "token_ids") -> Trace:
+        """Build a trace whose ``block_keys`` are ``hasher``'s keys of each ``token_ids``.
+
+        See :func:`kvlab.traces.build.trace_from_token_ids` for the columns read.
+        """
+        from kvlab.traces.build import trace_from_token_ids
+
+        return trace_from_token_ids(frame, hasher, source=source)
+
+    def rechunk(self, k: int) -> Trace:
+        """The trace with blocks ``k`` times larger (see :func:`kvlab.traces.build.rechunk`)."""
+        from kvlab.traces.build import rechunk
+
+        return rechunk(self, k)
 
     def describe(self) -> TraceStats:
         """Rows, time span, input/output min/mean/max, block refs and distinct blocks.
@@ -225,9 +249,9 @@ class Trace:
 
         :func:`kvlab.traces.load_trace` reads it back to an equal trace.
         """
-        self.frame.write_parquet(
-            path, metadata={_PARQUET_KEYS[0]: str(self.block_size), _PARQUET_KEYS[1]: self.source}
-        )
+        self.frame.write_parquet(path, metadata={
+            _PARQUET_KEYS[0]: str(self.block_size), _PARQUET_KEYS[1]: self.source,
+            _PARQUET_KEYS[2]: str(self.partial_block_keyed).lower()})
 
 
 def read_trace_parquet(path: str | Path) -> Trace:
@@ -247,7 +271,8 @@ def read_trace_parquet(path: str | Path) -> Trace:
         raise TraceFormatError(path, None, f"Parquet file has no {_PARQUET_KEYS[0]!r} metadata; "
                                            "write it with Trace.write_parquet")
     try:
-        return Trace(pl.read_parquet(path), int(meta[_PARQUET_KEYS[0]]), meta.get(_PARQUET_KEYS[1], str(path)))
+        return Trace(pl.read_parquet(path), int(meta[_PARQUET_KEYS[0]]), meta.get(_PARQUET_KEYS[1], str(path)),
+                     meta.get(_PARQUET_KEYS[2], "true") == "true")
     except ValueError as err:
         raise TraceFormatError(path, None, str(err)) from err
 
@@ -262,7 +287,7 @@ def _dtype_ok(col: str, dtype: pl.DataType) -> bool:
     return dtype.is_integer()
 
 
-def _canonical_frame(frame: pl.DataFrame, block_size: int) -> pl.DataFrame:
+def _canonical_frame(frame: pl.DataFrame, block_size: int, partial_block_keyed: bool) -> pl.DataFrame:
     """Check dtypes, cast required columns to theirs and check the trace invariants."""
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
@@ -280,7 +305,7 @@ def _canonical_frame(frame: pl.DataFrame, block_size: int) -> pl.DataFrame:
             raise ValueError(f"column {col!r} has a value out of range for {dtype} (negative?): {err}") from None
         _reject_nulls(frame[col], col)
     frame = frame.select(*REQUIRED_COLUMNS, *[c for c in frame.columns if c not in REQUIRED_COLUMNS])
-    _check_rows(frame, block_size)
+    _check_rows(frame, block_size, partial_block_keyed)
     return frame
 
 
@@ -296,7 +321,7 @@ def _reject_nulls(series: pl.Series, col: str) -> None:
         raise ValueError(f"column {col!r} has a null at row {_first_row(nulls)}")
 
 
-def _check_rows(frame: pl.DataFrame, block_size: int) -> None:
+def _check_rows(frame: pl.DataFrame, block_size: int, partial_block_keyed: bool) -> None:
     ids = frame["request_id"]
     repeat = ~ids.is_first_distinct()
     if repeat.any():
@@ -312,14 +337,16 @@ def _check_rows(frame: pl.DataFrame, block_size: int) -> None:
         row = _first_row(back)
         raise ValueError(f"column 'arrival_s' must be non-decreasing (rows in arrival order); "
                          f"row {row} has {arrival[row]} after {arrival[row - 1]}")
-    expected = (frame["input_tokens"].cast(pl.Int64) + block_size - 1) // block_size
+    rounding = block_size - 1 if partial_block_keyed else 0
+    expected = (frame["input_tokens"].cast(pl.Int64) + rounding) // block_size
     wrong = frame["block_keys"].list.len().cast(pl.Int64) != expected
     if wrong.any():
         row = _first_row(wrong)
+        rule = "ceil" if partial_block_keyed else "floor (full blocks only)"
         raise ValueError(
             f"row {row}: {frame['block_keys'].list.len()[row]} block keys but input_tokens="
-            f"{frame['input_tokens'][row]} needs ceil({frame['input_tokens'][row]}/{block_size})="
-            f"{expected[row]}")
+            f"{frame['input_tokens'][row]} needs {rule.split()[0]}({frame['input_tokens'][row]}/{block_size})="
+            f"{expected[row]} ({rule})")
     if "token_ids" in frame.columns:
         wrong = frame["token_ids"].list.len().cast(pl.Int64) != frame["input_tokens"].cast(pl.Int64)
         if wrong.any():

@@ -1,0 +1,129 @@
+"""Building traces from token ids with an engine's hashing, and coarsening block size."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from kvlab.hashing.base import BlockHasher, MMItem, RequestExtras, check_block_size
+from kvlab.traces.flat import list_series
+from kvlab.traces.trace import Trace
+
+#: Optional string columns mapped onto :class:`~kvlab.hashing.RequestExtras` fields.
+EXTRA_COLUMNS = ("lora_name", "lora_path", "lora_identity", "cache_salt")
+
+
+def trace_from_token_ids(frame: pl.DataFrame, hasher: BlockHasher, *, source: str = "token_ids") -> Trace:
+    """A :class:`Trace` whose ``block_keys`` are ``hasher.block_keys`` of each prompt.
+
+    Args:
+        frame: one row per request with ``request_id``, ``arrival_s``,
+            ``output_tokens`` and ``token_ids`` (``list[int]``); ``input_tokens`` is
+            taken from ``token_ids`` when absent. Optional per-request extras, read
+            into a :class:`~kvlab.hashing.RequestExtras`: string columns
+            ``lora_name``, ``lora_path``, ``lora_identity``, ``cache_salt`` (null =
+            none) and ``mm_items`` (``list[struct{identifier: str, offset: int,
+            length: int}]``). Other columns are kept.
+        hasher: any profile of :mod:`kvlab.hashing`; its block size becomes the
+            trace's, and its ``hashes_partial_tail`` the trace's
+            ``partial_block_keyed``.
+        source: where the token ids came from; the hasher's name is appended.
+
+    Returns:
+        The trace (``token_ids`` kept as ``list[u32]``).
+
+    Raises:
+        ValueError: ``hasher`` is not a BlockHasher, ``token_ids`` is missing,
+            ``input_tokens`` disagrees with ``token_ids``, or a row's extras are
+            invalid (names the row).
+
+    Example:
+        >>> from kvlab.hashing.sim_hash import SimHasher
+        >>> frame = pl.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 1.0], "output_tokens": [1, 1],
+        ...                       "token_ids": [list(range(40)), list(range(36)) + [99, 98]]})
+        >>> trace = trace_from_token_ids(frame, SimHasher(block_size=16))
+        >>> trace.frame["block_keys"].list.len().to_list(), trace.partial_block_keyed
+        ([2, 2], False)
+        >>> replayed = trace.frame["block_keys"].to_list()
+        >>> replayed[0] == replayed[1]  # same first 32 tokens: same keys
+        True
+    """
+    if not isinstance(hasher, BlockHasher):
+        raise ValueError(f"hasher must be a kvlab.hashing BlockHasher, got {type(hasher).__name__}")
+    if "token_ids" not in frame.columns:
+        raise ValueError(f"frame needs a 'token_ids' column; has {frame.columns}")
+    lengths = frame["token_ids"].list.len()
+    if "input_tokens" in frame.columns:
+        wrong = frame["input_tokens"].cast(pl.Int64) != lengths.cast(pl.Int64)
+        if wrong.any():
+            row = int(wrong.arg_true()[0])
+            raise ValueError(f"row {row}: input_tokens={frame['input_tokens'][row]} but token_ids has "
+                             f"{lengths[row]} tokens")
+    keys = []
+    for row, (tokens, extras) in enumerate(zip(frame["token_ids"].to_list(), _extras_per_row(frame))):
+        try:
+            keys.append(hasher.block_keys(np.asarray(tokens, dtype=np.int64), extras))
+        except ValueError as err:
+            raise ValueError(f"row {row}: {err}") from None
+    built = frame.with_columns(
+        input_tokens=lengths,
+        block_keys=list_series(keys),
+    )
+    return Trace(built, block_size=hasher.block_size, source=f"{source} | {hasher.name}",
+                 partial_block_keyed=hasher.hashes_partial_tail)
+
+
+def _extras_per_row(frame: pl.DataFrame) -> list[RequestExtras | None]:
+    columns = [c for c in EXTRA_COLUMNS if c in frame.columns]
+    has_mm = "mm_items" in frame.columns
+    if not columns and not has_mm:
+        return [None] * frame.height
+    rows = frame.select(*columns, *(["mm_items"] if has_mm else [])).iter_rows(named=True)
+    out = []
+    for row_index, row in enumerate(rows):
+        try:
+            items = tuple(MMItem(**item) for item in (row.pop("mm_items", None) or ()))
+            out.append(RequestExtras(**row, mm_items=items))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"row {row_index}: invalid request extras: {err}") from None
+    return out
+
+
+def rechunk(trace: Trace, k: int) -> Trace:
+    """Coarsen a trace to blocks ``k`` times larger.
+
+    The key of a group of ``k`` consecutive blocks is its last block's key — under
+    chained keys that key already stands for the whole prefix up to the group's end
+    (as vLLM's coarse view of a larger KV-cache group, docs/specs/hashing.md §1.6).
+    A trailing incomplete group keeps its last key when the trace keys partial blocks
+    (its coarse block is partial too), and is dropped otherwise (full blocks only).
+    Use it to tune chunk size on hash-id traces: Mooncake's 512-token ids give 1024,
+    2048, … token blocks.
+
+    Args:
+        trace: the trace.
+        k: integer coarsening factor (≥ 1; 1 returns an equal trace).
+
+    Raises:
+        ValueError: ``k`` is not an integer >= 1 — finer blocks than the trace's cannot
+            be made: a chained id hides where inside its block two prompts diverge.
+
+    Example:
+        >>> from kvlab.traces import load_trace
+        >>> coarse = load_trace("synthetic").rechunk(2)
+        >>> coarse.block_size, coarse.check_chained().height
+        (1024, 0)
+    """
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"rechunk(k) needs an integer k >= 1 (blocks k times larger), got {k!r}; blocks finer "
+                         f"than the trace's {trace.block_size} tokens cannot be made: a chained id hides where "
+                         f"inside its block two prompts diverge")
+    k = check_block_size(k, "k")
+    keys = pl.col("block_keys")
+    groups = keys.list.gather_every(k, offset=k - 1)
+    if trace.partial_block_keyed:
+        ragged = (keys.list.len() % k) != 0
+        groups = pl.when(ragged).then(groups.list.concat(keys.list.last())).otherwise(groups)
+    frame = trace.frame.with_columns(groups.alias("block_keys"))
+    return Trace(frame, block_size=trace.block_size * k, source=f"{trace.source} | rechunk({k})",
+                 partial_block_keyed=trace.partial_block_keyed)

@@ -1,0 +1,70 @@
+"""kvlab's simulation hash chain_u64 (not an engine's hash)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvlab.hashing.base import RequestExtras
+from kvlab.hashing.sim_hash import SimHasher, chain_u64
+
+tokens_st = st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=80)
+
+
+@given(tokens=tokens_st, block_size=st.integers(1, 16), position=st.integers(0, 79), delta=st.integers(1, 2**31))
+def test_changing_a_token_changes_its_block_and_every_later_key(tokens, block_size, position, delta) -> None:
+    position %= len(tokens)
+    edited = list(tokens)
+    edited[position] = (edited[position] + delta) % 2**32
+    a, b = chain_u64(tokens, block_size), chain_u64(edited, block_size)
+    first = position // block_size
+    assert (a[:first] == b[:first]).all()
+    assert (a[first:] != b[first:]).all()
+
+
+@given(tokens=tokens_st, d=st.integers(1, 64), k=st.integers(1, 64))
+def test_no_small_linear_edit_keeps_a_key(tokens, d, k) -> None:
+    """Bug-report case 4 in general: raise one token by d*k, lower its neighbour by d."""
+    if len(tokens) < 2:
+        return
+    edited = list(tokens)
+    edited[0] = (edited[0] + d * k) % 2**32
+    edited[1] = (edited[1] - d) % 2**32
+    assert chain_u64(tokens, 2)[0] != chain_u64(edited, 2)[0]
+
+
+def test_case_4_same_parent_two_blocks() -> None:
+    a = chain_u64([7, 7, 100, 200], 2)
+    b = chain_u64([7, 7, 131, 199], 2)
+    assert a[0] == b[0] and a[1] != b[1]
+
+
+def test_seeds_partial_tail_and_dtypes() -> None:
+    t = list(range(1, 33))
+    assert (chain_u64(t, 16, seed=42) == chain_u64(np.array(t, dtype=np.uint64), 16, seed=42)).all()
+    assert (chain_u64(t, 16, seed=42) != chain_u64(t, 16, seed=43)).all()
+    tail = chain_u64(list(range(20)), 16, partial_tail=True)
+    assert len(tail) == 2 and tail[0] == chain_u64(range(16), 16)[0]
+    assert chain_u64(list(range(16)), 8, partial_tail=True)[1] != tail[1]  # a tail differs from a full block
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: chain_u64([1, -2], 4), "token_ids must be >= 0, got -2"),
+    (lambda: chain_u64([1.5], 4), "token_ids must be integers"),
+    (lambda: chain_u64([[1]], 4), "one-dimensional"),
+    (lambda: chain_u64([1], 0), "block_size must be an integer >= 1, got 0"),
+    (lambda: chain_u64([1], 4, seed=-1), r"seed must be an integer in \[0, 2\*\*64\), got -1"),
+    (lambda: SimHasher(4).block_keys([1, 2, 3, 4], RequestExtras(cache_salt="s")), "does not model request extras"),
+])
+def test_bad_input(call, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_hasher_interface() -> None:
+    hasher = SimHasher(block_size=4, seed=1)
+    assert hasher.block_hashes([1, 2, 3, 4, 5]) == chain_u64([1, 2, 3, 4], 4, 1).tolist()
+    assert hasher.to_u64(5) == 5 and hasher.n_hashed_blocks(9) == 2
+    assert SimHasher(4, partial_tail=True).n_hashed_blocks(9) == 3
