@@ -25,6 +25,7 @@ import numpy as np
 #: A block hash in an engine's native form.
 BlockHash = bytes | int | str
 U64_MASK = (1 << 64) - 1
+_U32_MAX = (1 << 32) - 1
 
 
 def _check_str(name: str, value: object) -> None:
@@ -266,3 +267,61 @@ def normalize_engine_hash(value: bytes | int) -> int:
     if not -(1 << 63) <= value <= U64_MASK:
         raise ValueError(f"an engine block hash must fit 64 bits, got {value}")
     return u64_from_signed(int(value))
+
+
+def check_u64(name: str, value: object) -> int:
+    """Validate a 64-bit unsigned key (an ``int`` in ``[0, 2**64)``, not a bool) and return it.
+
+    Raises:
+        ValueError: naming ``name`` and the value.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= U64_MASK:
+        raise ValueError(f"{name} must be an integer in [0, 2**64), got {value!r}")
+    return int(value)
+
+
+def as_u32_tokens(token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Token ids as ``uint32[n]`` (llm-d's ``[]uint32``, Dynamo's ``&[u32]``), checked.
+
+    Raises:
+        ValueError: not one-dimensional integers, negative, or above ``2**32 - 1``.
+    """
+    arr = as_token_array(token_ids)
+    if arr.size and int(arr.max()) > _U32_MAX:
+        raise ValueError(f"token_ids must fit 32 bits (<= {_U32_MAX}), got {int(arr.max())}")
+    return arr.astype(np.uint32)
+
+
+def block_mm_identifiers(mm_items: Sequence[MMItem], n_blocks: int, block_size: int) -> list[tuple[str, ...]]:
+    """Per block, the identifiers of the MM items overlapping it, in offset order.
+
+    Block ``i`` covers tokens ``[i * block_size, (i + 1) * block_size)``; an item covers
+    ``[offset, offset + length)``; they overlap when ``end > block_start`` and
+    ``offset < block_end``. Models llm-d ``ComputeBlockExtraFeatures`` (docs/specs/hashing.md
+    §2.1); Dynamo's ``build_block_mm_infos`` uses the same rule (§3.1).
+
+    Args:
+        mm_items: the request's items, any order (sorted here by offset, stable).
+        n_blocks: number of blocks to report (≥ 0).
+        block_size: tokens per block (≥ 1).
+
+    Returns:
+        ``n_blocks`` tuples of identifiers (empty for text-only blocks).
+
+    Raises:
+        ValueError: bad ``block_size`` or ``n_blocks``, or an item that is not an :class:`MMItem`.
+
+    Example:
+        >>> block_mm_identifiers([MMItem("b", 5, 2), MMItem("a", 1, 6)], 3, 4)
+        [('a',), ('a', 'b'), ()]
+    """
+    block_size = check_block_size(block_size)
+    if isinstance(n_blocks, bool) or not isinstance(n_blocks, (int, np.integer)) or n_blocks < 0:
+        raise ValueError(f"n_blocks must be an integer >= 0, got {n_blocks!r}")
+    if not all(isinstance(item, MMItem) for item in mm_items):
+        raise ValueError(f"mm_items must be MMItem values, got {mm_items!r}")
+    per_block: list[list[str]] = [[] for _ in range(n_blocks)]
+    for item in sorted(mm_items, key=lambda it: it.offset):
+        for block in range(item.offset // block_size, min((item.end - 1) // block_size + 1, n_blocks)):
+            per_block[block].append(item.identifier)
+    return [tuple(ids) for ids in per_block]

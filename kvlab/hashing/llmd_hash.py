@@ -1,0 +1,261 @@
+"""llm-d kv-cache request keys, and the engine-key → request-key mapping of its index.
+
+Models ``llm-d/llm-d-kv-cache`` @ ``7be76e1``, ``pkg/kvcache/kvblock`` (docs/specs/hashing.md
+§2). llm-d does not reproduce an engine's hashes: it computes its own *request keys* from
+token ids and maps the *engine keys* published in KV events onto them::
+
+    H(parent, tokens, extra) = FNV-1a-64( canonical_cbor([parent, tokens, extra]) )
+    init   = FNV-1a-64(utf8(hash_seed))
+    root   = H(init, None, model_name)          # model_name: the LoRA name when set
+    key_0  = H(parent_key or root, block_0, extra_0);  key_i = H(key_{i-1}, block_i, extra_i)
+    extra_i = None for text blocks, [{"Hash": id}, ...] for blocks overlapping MM items
+
+Canonical CBOR is ``cbor2.dumps(obj, canonical=True)``: for these values (unsigned ints,
+arrays, text, null, one-entry maps) it gives the same bytes as fxamacker/cbor's
+``CanonicalEncOptions`` — minimal-length integers, definite lengths; the golden vectors
+(text and multimodal) pin this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import cbor2
+import numpy as np
+
+from kvlab.hashing.base import (
+    U64_MASK,
+    BlockHasher,
+    RequestExtras,
+    as_u32_tokens,
+    block_mm_identifiers,
+    check_block_size,
+    check_u64,
+    normalize_engine_hash,
+)
+
+#: llm-d ``getHashAsUint64``: an engine's published block hash as ``u64`` (docs/specs/hashing.md §2.2).
+engine_hash_to_u64 = normalize_engine_hash
+
+#: FNV-1a 64-bit offset basis and prime (Go `hash/fnv`).
+FNV64_OFFSET_BASIS = 0xCBF29CE484222325
+FNV64_PRIME = 0x100000001B3
+
+
+def fnv1a_64(data: bytes) -> int:
+    """FNV-1a, 64-bit (Go's ``hash/fnv.New64a``), as ``u64``.
+
+    Written here because it is three lines and no well-kept Python FNV package is a
+    kvlab dependency: start from the offset basis; per byte, xor it in, then multiply
+    by the FNV prime modulo 2**64.
+
+    Example:
+        >>> fnv1a_64(b""), hex(fnv1a_64(b"a"))
+        (14695981039346656037, '0xaf63dc4c8601ec8c')
+    """
+    h = FNV64_OFFSET_BASIS
+    for byte in data:
+        h = ((h ^ byte) * FNV64_PRIME) & U64_MASK
+    return h
+
+
+def _check_str(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+class LlmdHasher(BlockHasher):
+    """llm-d request keys: FNV-1a-64 over canonical CBOR, chained from a model-salted root.
+
+    Models llm-d ``ChunkedTokenDatabase`` (``token_processor.go``: ``getInitHash``, ``hash``,
+    ``prefixHashes``, ``TokensToKVBlockKeys``; docs/specs/hashing.md §2.1). Only full blocks
+    get keys. From :class:`RequestExtras` it uses ``lora_name`` (replaces ``model_name`` in
+    the root, as llm-d's ``effectiveModelName`` does for events carrying a LoRA name, §2.1)
+    and ``mm_items`` (per-block ``[{"Hash": identifier}, ...]``); the other fields do not
+    enter llm-d's keys.
+
+    Args:
+        block_size: llm-d's canonical ``BlockSizeTokens`` (default 16).
+        hash_seed: ``HashSeed`` (default ``""``; §2.4).
+        model_name: the model name salted into the root.
+
+    Attributes:
+        init_hash: ``FNV-1a-64(utf8(hash_seed))``, the parent of the root.
+
+    Raises:
+        ValueError: a bad block size, or a seed or model name that is not a string.
+
+    Example:
+        >>> hasher = LlmdHasher(block_size=4, model_name="ibm-granite/granite-3.1-8b-instruct")
+        >>> hasher.block_hashes([8197, 438, 322, 18926, 432, 45600, 49])  # llm-d e2e golden
+        [1334984470577408192]
+        >>> hasher.root_key() == hasher.root_key("ibm-granite/granite-3.1-8b-instruct")
+        True
+    """
+
+    name = "llmd"
+    hashes_partial_tail = False
+
+    def __init__(self, *, block_size: int = 16, hash_seed: str = "", model_name: str = "") -> None:
+        self.block_size = check_block_size(block_size)
+        self.hash_seed = _check_str("hash_seed", hash_seed)
+        self.model_name = _check_str("model_name", model_name)
+        self.init_hash = fnv1a_64(hash_seed.encode())
+
+    @staticmethod
+    def hash_block(parent: int, tokens: Sequence[int] | None, extra: object = None) -> int:
+        """llm-d ``hash``: ``FNV-1a-64(canonical_cbor([parent, tokens, extra]))``.
+
+        Args:
+            parent: the parent key (u64).
+            tokens: the block's token ids (CBOR array of uints) or ``None`` (CBOR null,
+                as for the root).
+            extra: ``None``, a model name, or a list of ``{"Hash": id}`` maps.
+        """
+        return fnv1a_64(cbor2.dumps([parent, tokens, extra], canonical=True))
+
+    def root_key(self, model_name: str | None = None) -> int:
+        """The chain root ``H(init_hash, None, model_name)`` (``model_name`` defaults to the hasher's).
+
+        Raises:
+            ValueError: ``model_name`` is not a string or None.
+        """
+        model = self.model_name if model_name is None else _check_str("model_name", model_name)
+        return self.hash_block(self.init_hash, None, model)
+
+    def block_hashes(self, token_ids: Sequence[int] | np.ndarray, extras: RequestExtras | None = None,
+                     parent_key: int = 0) -> list[int]:
+        """Request keys (``u64``) of the prompt's full blocks, in order.
+
+        Args:
+            token_ids: ``int[n_tokens]``, each in ``[0, 2**32)``.
+            extras: ``lora_name`` and ``mm_items`` are used (see the class docstring).
+            parent_key: continue a chain from this request key; 0 (llm-d's
+                ``EmptyBlockHash``) starts at the root.
+
+        Returns:
+            ``n_tokens // block_size`` keys; the partial tail is dropped.
+
+        Raises:
+            ValueError: invalid token ids, extras or parent key.
+        """
+        tokens = as_u32_tokens(token_ids)
+        if extras is not None and not isinstance(extras, RequestExtras):
+            raise ValueError(f"extras must be a RequestExtras or None, got {type(extras).__name__}")
+        parent = check_u64("parent_key", parent_key)
+        extras = extras or RequestExtras()
+        if parent == 0:
+            parent = self.root_key(extras.lora_name or None)
+        n_blocks = len(tokens) // self.block_size
+        mm_ids = block_mm_identifiers(extras.mm_items, n_blocks, self.block_size)
+        keys = []
+        for i in range(n_blocks):
+            block = tokens[i * self.block_size:(i + 1) * self.block_size].tolist()
+            extra = [{"Hash": identifier} for identifier in mm_ids[i]] or None
+            parent = self.hash_block(parent, block, extra)
+            keys.append(parent)
+        return keys
+
+    def to_u64(self, block_hash: int) -> int:
+        """Identity: llm-d request keys already are ``u64``.
+
+        Raises:
+            ValueError: not an integer in ``[0, 2**64)``.
+        """
+        return check_u64("block_hash", block_hash)
+
+
+def map_engine_to_request_keys(engine_keys: Sequence[int], request_keys: Sequence[int]) -> list[list[int]]:
+    """The request keys each engine key stands for, by llm-d's count-ratio rule.
+
+    Models llm-d ``Index.Add`` (docs/specs/hashing.md §2.2): with ``E`` engine keys and ``R``
+    request keys over the same tokens,
+
+    * ``E == R`` (same block size): ``E[i] → [R[i]]``;
+    * ``E == r * R`` (many:1, engine blocks smaller): ``E[i] → [R[i // r]]``;
+    * ``R == r * E`` (1:many, engine blocks larger): ``E[i] → R[i*r:(i+1)*r]``.
+
+    Newer llm-d distributes a non-integral ratio proportionally; kvlab refuses it, since
+    it means the two key lists do not cover the same tokens at two block sizes.
+
+    Args:
+        engine_keys: ``u64`` engine keys of one event, in block order.
+        request_keys: ``u64`` request keys of the same tokens, in block order.
+
+    Returns:
+        One list of request keys per engine key (``[]`` when both inputs are empty).
+
+    Raises:
+        ValueError: a key that is not a u64, or counts that are not an integral ratio
+            (the message gives both counts).
+
+    Example:
+        >>> map_engine_to_request_keys([7, 8], [1, 2, 3, 4])
+        [[1, 2], [3, 4]]
+        >>> map_engine_to_request_keys([5, 6, 7, 8], [1, 2])
+        [[1], [1], [2], [2]]
+    """
+    engine = [check_u64(f"engine_keys[{i}]", key) for i, key in enumerate(engine_keys)]
+    request = [check_u64(f"request_keys[{i}]", key) for i, key in enumerate(request_keys)]
+    n_e, n_r = len(engine), len(request)
+    if n_e == 0 and n_r == 0:
+        return []
+    if n_e == 0 or n_r == 0 or max(n_e, n_r) % min(n_e, n_r):
+        raise ValueError(f"{n_e} engine keys and {n_r} request keys are not an integral ratio "
+                         f"(one count must be a multiple of the other)")
+    if n_e >= n_r:
+        ratio = n_e // n_r
+        return [[request[i // ratio]] for i in range(n_e)]
+    ratio = n_r // n_e
+    return [request[i * ratio:(i + 1) * ratio] for i in range(n_e)]
+
+
+class EngineKeyMap:
+    """Engine key → request keys, as llm-d's index keeps it (``engineToRequestKeys``).
+
+    Models llm-d ``Index.Add`` / ``GetRequestKey`` / ``Evict`` by engine key
+    (docs/specs/hashing.md §2.2). Adding an engine key again replaces its mapping.
+
+    Example:
+        >>> keys = EngineKeyMap()
+        >>> keys.add([7, 8], [1, 2, 3, 4])  # engine blocks twice the request blocks
+        >>> keys.get_request_key(7), keys.get_request_key(8), keys.get_request_key(9)
+        (2, 4, None)
+        >>> keys.remove(7), keys.remove(7), len(keys)
+        (True, False, 1)
+    """
+
+    def __init__(self) -> None:
+        self._request_keys: dict[int, tuple[int, ...]] = {}
+
+    def add(self, engine_keys: Sequence[int], request_keys: Sequence[int]) -> None:
+        """Record the mapping of one event's engine keys onto its request keys.
+
+        Raises:
+            ValueError: as :func:`map_engine_to_request_keys`; nothing is recorded then.
+        """
+        mapped = map_engine_to_request_keys(engine_keys, request_keys)
+        for engine_key, keys in zip(engine_keys, mapped):
+            self._request_keys[int(engine_key)] = tuple(keys)
+
+    def get_request_key(self, engine_key: int) -> int | None:
+        """The last request key mapped for ``engine_key`` (the last of its group for 1:many),
+        or ``None`` when unknown — llm-d ``GetRequestKey``, the parent lookup of ``BlockStored``.
+
+        Raises:
+            ValueError: ``engine_key`` is not a u64.
+        """
+        keys = self._request_keys.get(check_u64("engine_key", engine_key))
+        return None if keys is None else keys[-1]
+
+    def remove(self, engine_key: int) -> bool:
+        """Forget ``engine_key`` (``BlockRemoved``); return whether it was known.
+
+        Raises:
+            ValueError: ``engine_key`` is not a u64.
+        """
+        return self._request_keys.pop(check_u64("engine_key", engine_key), None) is not None
+
+    def __len__(self) -> int:
+        return len(self._request_keys)
