@@ -1,0 +1,324 @@
+"""LMCache 0.5.6 chunk hashes: every golden vector, the multimodal placeholder fix vs the
+16-bit legacy collision, equality with vLLM (mp sha256_cbor) and disjointness from it
+(chunked_token_db), chaining, "builtin" process binding, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kvlab.hashing import MMItem, RequestExtras
+from kvlab.hashing.digests import DEFAULT_NONE_HASH_SEED, hash_fn, none_hash
+from kvlab.hashing.lmcache_hash import (
+    MP_BLAKE3_NONE_HASH,
+    LMCacheHasher,
+    apply_mm_placeholders,
+    hex_hash_to_int16,
+    mm_placeholder_values,
+    normalize_hash_to_int,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = json.loads((ROOT / "tests/vectors/lmcache_chunk_hashes.json").read_text())["cases"]
+BUILTIN_PYTHON_OK = (sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11)
+                     and sys.maxsize == 2**63 - 1)
+_NEEDS_CPYTHON_311 = pytest.mark.skipif(
+    not BUILTIN_PYTHON_OK,
+    reason="lmcache.chunked_token_db.builtin vectors are CPython 3.11 64-bit hash() of int tuples")
+U64 = 2**64 - 1
+
+
+def hasher_for(case: dict) -> LMCacheHasher:
+    """The hasher a vector case describes; an unknown parameter fails the test."""
+    params = dict(case["params"])
+    seed = params.pop("PYTHONHASHSEED", None)
+    if case["scheme"].startswith("lmcache.mp_token_hasher."):
+        assert set(params) == {"chunk_size", "hash_algorithm", "partial_chunks"}, params
+        assert params["partial_chunks"] == "discarded"
+        return LMCacheHasher(chunk_size=params["chunk_size"], mode="mp_token_hasher",
+                             algo=params["hash_algorithm"], none_hash_seed=seed)
+    assert set(params) <= {"chunk_size", "pre_caching_hash_algorithm", "save_unfull_chunk", "vllm_importable",
+                           "python"}, params
+    return LMCacheHasher(chunk_size=params["chunk_size"], mode="chunked_token_db",
+                         algo=params["pre_caching_hash_algorithm"], save_unfull_chunk=params["save_unfull_chunk"],
+                         vllm_importable=params["vllm_importable"], none_hash_seed=seed)
+
+
+def _case_param(case: dict) -> object:
+    marks = [_NEEDS_CPYTHON_311] if case["scheme"] == "lmcache.chunked_token_db.builtin" else []
+    return pytest.param(case, id=f"{case['scheme']}::{case['name']}", marks=marks)
+
+
+@pytest.mark.parametrize("case", [_case_param(c) for c in CASES])
+def test_golden_vector(case: dict) -> None:
+    hasher = hasher_for(case)
+    assert hasher.name == case["scheme"]
+    hashes = hasher.block_hashes(case["token_ids"])
+    expected = case["expected"]
+    if hasher.mode == "mp_token_hasher":
+        assert [h.hex() for h in hashes] == expected["chunk_hashes_hex"]
+        want_keys = [int(h[-16:], 16) for h in expected["chunk_hashes_hex"]]
+    else:
+        assert hashes == expected["chunk_hashes_int"]
+        want_keys = [v & U64 for v in expected["chunk_hashes_int"]]
+    assert hasher.block_keys(case["token_ids"]).tolist() == want_keys
+    assert hasher.n_hashed_blocks(len(case["token_ids"])) == len(hashes)
+
+
+def test_vector_file_has_all_cases() -> None:
+    assert len(CASES) == 15
+    assert {c["scheme"] for c in CASES} == {"lmcache.mp_token_hasher.blake3", "lmcache.mp_token_hasher.sha256_cbor",
+                                            "lmcache.chunked_token_db.sha256_cbor", "lmcache.chunked_token_db.builtin"}
+
+
+def test_roots() -> None:
+    assert LMCacheHasher().none_hash == 0x9BD96A485AD84EFD  # first 8 bytes of vLLM's sha256_cbor NONE_HASH
+    assert LMCacheHasher(algo="sha256").none_hash == 0x066B1E8987E02713
+    assert LMCacheHasher(vllm_importable=False).none_hash == 0
+    assert MP_BLAKE3_NONE_HASH.hex() == "7e3eff9ef7613a50340eb12677ee03b83ac759fcba9bb32705f07248d56d473b"
+    assert LMCacheHasher(mode="mp_token_hasher", algo="sha256_cbor").none_hash == none_hash("sha256_cbor",
+                                                                                           DEFAULT_NONE_HASH_SEED)
+
+
+def test_defaults_and_names() -> None:
+    lm = LMCacheHasher()
+    assert (lm.block_size, lm.name, lm.hashes_partial_tail, lm.mm_placeholder) == \
+        (256, "lmcache.chunked_token_db.sha256_cbor", False, "per_position")
+    mp = LMCacheHasher(mode="mp_token_hasher", save_unfull_chunk=False)
+    assert (mp.name, mp.hashes_partial_tail) == ("lmcache.mp_token_hasher.blake3", False)
+    assert LMCacheHasher(chunk_size=4, algo="xxhash", none_hash_seed="0").name == "lmcache.chunked_token_db.xxhash"
+
+
+def test_explicit_default_seed_equals_unset_and_other_seed_differs() -> None:
+    tokens = list(range(8))
+    unset = LMCacheHasher(chunk_size=4).block_hashes(tokens)
+    assert LMCacheHasher(chunk_size=4, none_hash_seed=DEFAULT_NONE_HASH_SEED).block_hashes(tokens) == unset
+    assert LMCacheHasher(chunk_size=4, none_hash_seed="0").block_hashes(tokens) != unset
+
+
+# --- multimodal placeholders (case 3) ---------------------------------------------------
+
+IMG_A = "ab" * 30 + "1234"   # two 64-hex digests sharing their last 4 hex digits
+IMG_B = "cd" * 30 + "1234"
+PLACEHOLDER = 151655
+
+
+def _mm_keys(mode: str, mm_placeholder: str, identifier: str) -> list[int]:
+    tokens = [1, 2, 3, 4] + [PLACEHOLDER] * 6 + [5, 6]   # image covers [4, 10): chunks 1 and 2
+    extras = RequestExtras(mm_items=(MMItem(identifier, offset=4, length=6),))
+    hasher = LMCacheHasher(chunk_size=4, mode=mode, mm_placeholder=mm_placeholder)
+    return hasher.block_keys(tokens, extras).tolist()
+
+
+@pytest.mark.parametrize("mode", ["chunked_token_db", "mp_token_hasher"])
+def test_images_sharing_last_4_hex_digits_differ_per_position(mode: str) -> None:
+    a, b = _mm_keys(mode, "per_position", IMG_A), _mm_keys(mode, "per_position", IMG_B)
+    assert a[0] == b[0]                       # text-only first chunk
+    assert a[1] != b[1] and a[2] != b[2]      # chunks touching the image differ
+
+
+@pytest.mark.parametrize("mode", ["chunked_token_db", "mp_token_hasher"])
+def test_int16_legacy_reproduces_the_collision(mode: str) -> None:
+    """LMCache issues #3301/#4086: the 16-bit reduction keeps only the last 4 hex digits."""
+    assert hex_hash_to_int16(IMG_A) == hex_hash_to_int16(IMG_B) == 0x1234
+    assert _mm_keys(mode, "int16_legacy", IMG_A) == _mm_keys(mode, "int16_legacy", IMG_B)
+    assert _mm_keys(mode, "int16_legacy", IMG_A) != _mm_keys(mode, "per_position", IMG_A)
+
+
+def test_mm_items_change_keys_only_from_their_chunk() -> None:
+    tokens = list(range(100, 112))
+    hasher = LMCacheHasher(chunk_size=4)
+    plain = hasher.block_hashes(tokens)
+    with_image = hasher.block_hashes(tokens, RequestExtras(mm_items=(MMItem(IMG_A, 5, 2),)))
+    assert with_image[0] == plain[0] and with_image[1] != plain[1] and with_image[2] != plain[2]
+
+
+@pytest.mark.parametrize(("identifier", "value"), [
+    ("0000", 0), ("ffff", 0xFFFF), ("0xFFFF", 0xFFFF), ("0x0001", 1), ("123456", 0x3456), ("0x123456", 0x3456),
+    (" FfFf ", 0xFFFF), ("\n0x00aB\t", 0xAB), ("chatcmpl-a2a48871c4aad192-image-0", 41730), ("0x", 0xA549),
+])
+def test_hex_hash_to_int16(identifier: str, value: int) -> None:
+    assert hex_hash_to_int16(identifier) == value
+
+
+def test_per_position_values_pinned() -> None:
+    """kvlab's reading of LMCache PR #4783 (no upstream vector): pinned against drift."""
+    assert mm_placeholder_values("img", 10) == [1822883786, 1143808182, 305218523, 515099061, 1092536287,
+                                                807157284, 1604610928, 1097826687, 805567500, 205459008]
+    assert mm_placeholder_values("img", 0) == []
+
+
+@given(st.text(min_size=1, max_size=40), st.integers(0, 80), st.integers(0, 80))
+def test_per_position_values_prefix_stable_and_31_bit(identifier: str, m: int, n: int) -> None:
+    short, long = sorted((m, n))
+    full = mm_placeholder_values(identifier, long)
+    assert mm_placeholder_values(identifier, short) == full[:short]
+    assert len(full) == long and all(0 <= v < 2**31 for v in full)
+
+
+def test_per_position_values_distinct_identifiers_differ_nearly_everywhere() -> None:
+    a, b = mm_placeholder_values("0x1234", 64), mm_placeholder_values("0x11234", 64)
+    assert sum(x == y for x, y in zip(a, b, strict=True)) <= 1
+    assert len(set(mm_placeholder_values("some-image-hash", 128))) > 120
+
+
+def test_apply_mm_placeholders_truncates_skips_and_keeps_text() -> None:
+    items = [MMItem("0xbeef", offset=1, length=2), MMItem("x", offset=4, length=10), MMItem("y", offset=20, length=3)]
+    out = apply_mm_placeholders(np.arange(6), items, "per_position")
+    assert out.tolist() == [0, *mm_placeholder_values("0xbeef", 2), 3, *mm_placeholder_values("x", 2)]
+    assert apply_mm_placeholders(range(6), items, "int16_legacy").tolist() == [0, 0xBEEF, 0xBEEF, 3,
+                                                                               hex_hash_to_int16("x"),
+                                                                               hex_hash_to_int16("x")]
+
+
+# --- relation to vLLM ----------------------------------------------------------------------
+
+tokens_st = st.lists(st.integers(0, 2**32 - 1), max_size=40)
+
+
+@given(tokens_st, st.integers(1, 8))
+def test_mp_sha256_cbor_equals_vllm_block_hash(tokens: list[int], block_size: int) -> None:
+    """§4.2: the mp server's sha256_cbor chain is vLLM's block hash at block size = chunk size."""
+    h = hash_fn("sha256_cbor")
+    parent, want = none_hash("sha256_cbor", DEFAULT_NONE_HASH_SEED), []
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        parent = h((parent, tuple(tokens[start:start + block_size]), None))
+        want.append(parent)
+    mp = LMCacheHasher(chunk_size=block_size, mode="mp_token_hasher", algo="sha256_cbor")
+    assert mp.block_hashes(tokens) == want
+
+
+@given(tokens_st.filter(len), st.integers(1, 8), st.sampled_from(["sha256", "sha256_cbor"]))
+def test_chunked_token_db_never_equals_vllm(tokens: list[int], block_size: int, algo: str) -> None:
+    """§4.1: int prefix and ``()`` instead of vLLM's bytes parent and None: no key coincides."""
+    lm = LMCacheHasher(chunk_size=block_size, algo=algo, save_unfull_chunk=True)
+    h, parent, vllm = hash_fn(algo), none_hash(algo, DEFAULT_NONE_HASH_SEED), set()
+    for start in range(0, len(tokens), block_size):
+        parent = h((parent, tuple(tokens[start:start + block_size]), None))
+        vllm |= {normalize_hash_to_int(parent), int.from_bytes(parent[-8:], "big")}
+    assert not vllm & set(lm.block_hashes(tokens))
+
+
+# --- chaining ------------------------------------------------------------------------------
+
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=30), st.integers(1, 6), st.data(),
+       st.sampled_from([("chunked_token_db", "sha256_cbor"), ("chunked_token_db", "xxhash_cbor"),
+                        ("mp_token_hasher", "blake3"), ("mp_token_hasher", "sha256")]))
+def test_change_in_chunk_j_changes_chunks_from_j_on(tokens: list[int], chunk_size: int, data: st.DataObject,
+                                                    mode_algo: tuple[str, str]) -> None:
+    mode, algo = mode_algo
+    seed = "42" if algo.startswith("xxhash") else None
+    hasher = LMCacheHasher(chunk_size=chunk_size, mode=mode, algo=algo, none_hash_seed=seed)
+    pos = data.draw(st.integers(0, len(tokens) - 1))
+    changed = [*tokens[:pos], (tokens[pos] + 1) % 2**32, *tokens[pos + 1:]]
+    before, after = hasher.block_hashes(tokens), hasher.block_hashes(changed)
+    assert hasher.block_hashes(list(tokens)) == before
+    j = pos // chunk_size
+    assert before[:j] == after[:j]
+    assert all(x != y for x, y in zip(before[j:], after[j:], strict=True))
+
+
+def test_save_unfull_chunk_hashes_the_tail() -> None:
+    full_only, with_tail = LMCacheHasher(chunk_size=4), LMCacheHasher(chunk_size=4, save_unfull_chunk=True)
+    assert with_tail.hashes_partial_tail and not full_only.hashes_partial_tail
+    tokens = list(range(10))
+    assert len(full_only.block_hashes(tokens)) == 2 and len(with_tail.block_hashes(tokens)) == 3
+    assert with_tail.block_hashes(tokens)[:2] == full_only.block_hashes(tokens)
+    assert with_tail.n_hashed_blocks(10) == 3 and full_only.n_hashed_blocks(10) == 2
+
+
+def test_lmcache_keys_ignore_lora_and_salt() -> None:
+    """LMCache 0.5.6 chunk hashes take token ids only (the model name sits in CacheEngineKey)."""
+    hasher, tokens = LMCacheHasher(chunk_size=4), list(range(8))
+    assert hasher.block_hashes(tokens, RequestExtras(lora_name="a", lora_path="/p", cache_salt="s")) == \
+        hasher.block_hashes(tokens)
+
+
+def test_numpy_and_list_tokens_agree() -> None:
+    for hasher in (LMCacheHasher(chunk_size=4, algo="sha256"), LMCacheHasher(chunk_size=4, mode="mp_token_hasher")):
+        assert hasher.block_hashes(np.arange(9, dtype=np.uint32)) == hasher.block_hashes(list(range(9)))
+
+
+# --- to_u64 ----------------------------------------------------------------------------------
+
+def test_to_u64() -> None:
+    assert LMCacheHasher().to_u64(-6292915440479534054) == 2**64 - 6292915440479534054
+    assert LMCacheHasher().to_u64(15403331907661842361) == 15403331907661842361
+    assert LMCacheHasher(mode="mp_token_hasher").to_u64(bytes(range(32))) == 0x18191A1B1C1D1E1F
+    with pytest.raises(ValueError, match="digest bytes in mode 'mp_token_hasher', got 5"):
+        LMCacheHasher(mode="mp_token_hasher").to_u64(5)
+    for bad in (b"\x01", True, 2**64, -(2**63) - 1):
+        with pytest.raises(ValueError, match="block_hash must be an integer"):
+            LMCacheHasher().to_u64(bad)
+
+
+# --- "builtin" is bound to the process --------------------------------------------------------
+
+def _builtin_in_subprocess(pythonhashseed: str) -> str:
+    code = ("from kvlab.hashing.lmcache_hash import LMCacheHasher; "
+            f"print(LMCacheHasher(chunk_size=4, algo='builtin', none_hash_seed={pythonhashseed!r})"
+            ".block_hashes(list(range(8))))")
+    env = {**os.environ, "PYTHONHASHSEED": pythonhashseed, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def test_builtin_with_vllm_root_depends_on_pythonhashseed() -> None:
+    """NONE_HASH = hash(seed string): equal under one PYTHONHASHSEED, different under another."""
+    first = _builtin_in_subprocess("0")
+    assert first == _builtin_in_subprocess("0")
+    assert first != _builtin_in_subprocess("1")
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+BAD_PARAMS = [
+    ({"chunk_size": 0}, "chunk_size must be an integer >= 1, got 0"),
+    ({"mode": "lmcache"}, "mode must be one of ['chunked_token_db', 'mp_token_hasher'], got 'lmcache'"),
+    ({"algo": "blake3"}, "algo for mode 'chunked_token_db' must be one of"),
+    ({"mode": "mp_token_hasher", "algo": "builtin"}, "algo for mode 'mp_token_hasher' must be one of"),
+    ({"save_unfull_chunk": 1}, "save_unfull_chunk must be a bool, got 1"),
+    ({"vllm_importable": "yes"}, "vllm_importable must be a bool, got 'yes'"),
+    ({"mm_placeholder": "int32"}, "mm_placeholder must be one of ['per_position', 'int16_legacy'], got 'int32'"),
+    ({"none_hash_seed": 0}, "none_hash_seed must be a string or None, got 0"),
+    ({"mode": "mp_token_hasher", "save_unfull_chunk": True}, "hashes full chunks only"),
+    ({"mode": "mp_token_hasher", "algo": "sha256_cbor", "vllm_importable": False}, "needs vllm_importable=True"),
+    ({"vllm_importable": False, "none_hash_seed": "0"}, "none_hash_seed='0' is unused"),
+    ({"mode": "mp_token_hasher", "none_hash_seed": "0"}, "none_hash_seed='0' is unused"),
+    ({"algo": "xxhash_cbor"}, "algo 'xxhash_cbor' needs an explicit none_hash_seed"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), BAD_PARAMS, ids=[str(k) for k, _ in BAD_PARAMS])
+def test_bad_params_raise(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        LMCacheHasher(**kwargs)
+    assert message in str(info.value)
+
+
+def test_bad_token_ids_and_extras_raise() -> None:
+    with pytest.raises(ValueError, match=r"token_ids must fit 32 bits with algo 'blake3' \(<= 4294967295\), "
+                                         r"got 4294967296"):
+        LMCacheHasher(chunk_size=2, mode="mp_token_hasher").block_hashes([1, 2**32])
+    with pytest.raises(ValueError, match="token_ids must be >= 0, got -1"):
+        LMCacheHasher().block_hashes([1, -1])
+    with pytest.raises(ValueError, match="token_ids must be one-dimensional"):
+        LMCacheHasher().block_hashes([[1, 2]])
+    with pytest.raises(ValueError, match="extras must be a RequestExtras or None, got dict"):
+        LMCacheHasher().block_hashes([1], {"lora_name": "a"})
+    with pytest.raises(ValueError, match="length must be an integer >= 0, got -1"):
+        mm_placeholder_values("x", -1)
+    with pytest.raises(ValueError, match="identifier must be a string, got None"):
+        hex_hash_to_int16(None)
+    with pytest.raises(ValueError, match="mm_items must be MMItem values"):
+        apply_mm_placeholders([1, 2], [("x", 0, 1)])
+    assert LMCacheHasher(chunk_size=2).block_hashes([1, 2**40]) == LMCacheHasher(chunk_size=2).block_hashes(
+        [1, 2**40])  # wide tokens are fine for the CBOR / pickle algos
