@@ -1,0 +1,58 @@
+"""KV events: what engines publish when their prefix caches change, and the wire codec.
+
+Models vLLM 0.33's ``vllm/distributed/kv_events.py`` (docs/specs/hashing.md §1.7);
+SGLang publishes the same format (§5). Hashes stay as published (ints or digest bytes);
+``block_keys_u64()`` gives kvlab's u64 block keys.
+
+=========================  ==========================================================
+name                       what
+=========================  ==========================================================
+:class:`BlockStored`       blocks cached in a tier (hashes, parent, tokens, medium …)
+:class:`BlockRemoved`      blocks evicted from a tier
+:class:`AllBlocksCleared`  the whole prefix cache was reset
+:class:`EventBatch`        one message's events: ``ts``, ``events``, DP rank
+:func:`encode_frames`      batch → ``[topic, seq, msgpack]`` ZMQ frames, byte-exact
+:func:`decode_frames`      ZMQ frames → :class:`DecodedBatch` (map or legacy array events)
+:func:`decode_stream`      many messages; a bad one becomes an error entry, others kept
+:func:`is_end_of_replay`   the replay socket's ``[b"", END_SEQ, b""]`` marker
+:class:`EventDecodeError`  malformed message, naming frame / event / field
+=========================  ==========================================================
+"""
+
+from kvlab.events.errors import EventDecodeError
+from kvlab.events.types import (
+    EVENT_TYPES,
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    EventBatch,
+    ExternalBlockHash,
+    KVEvent,
+)
+from kvlab.events.wire import (
+    END_SEQ,
+    LAYOUTS,
+    DecodedBatch,
+    decode_frames,
+    decode_stream,
+    encode_frames,
+    is_end_of_replay,
+)
+
+__all__ = [
+    "END_SEQ",
+    "EVENT_TYPES",
+    "LAYOUTS",
+    "AllBlocksCleared",
+    "BlockRemoved",
+    "BlockStored",
+    "DecodedBatch",
+    "EventBatch",
+    "EventDecodeError",
+    "ExternalBlockHash",
+    "KVEvent",
+    "decode_frames",
+    "decode_stream",
+    "encode_frames",
+    "is_end_of_replay",
+]

@@ -1,0 +1,319 @@
+"""KV events as frozen dataclasses: what an engine publishes when its prefix cache changes.
+
+Models vLLM 0.33's ``vllm/distributed/kv_events.py`` (docs/specs/hashing.md §1.7):
+``BlockStored``, ``BlockRemoved``, ``AllBlocksCleared`` and the ``EventBatch`` envelope.
+SGLang publishes the same shapes (§5). Field names, declaration order and defaults are
+vLLM's: the wire codec (:mod:`kvlab.events.wire`) derives the map keys, the legacy
+positional order and msgspec's ``omit_defaults`` rule from them, so a field without a
+default here is one vLLM always sends.
+
+Block hashes are kept exactly as published (``ExternalBlockHash = bytes | int``): a u64
+when ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`` (the default), the raw 32- or 16-byte
+digest otherwise, a signed int64 from SGLang. :meth:`BlockStored.block_keys_u64` gives
+kvlab's u64 block keys (llm-d ``getHashAsUint64``, Dynamo ``BlockHashValue::into_u64``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvlab.hashing.base import check_block_size, normalize_engine_hash
+
+#: A block hash as published in an event: the u64 / int64 form or the raw digest bytes.
+ExternalBlockHash = bytes | int
+
+_I64_MIN = -(1 << 63)
+_U64_MAX = (1 << 64) - 1
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _as_tuple(name: str, value: object) -> tuple:
+    if not isinstance(value, (list, tuple, np.ndarray)):
+        raise ValueError(f"{name} must be a list or tuple, got {type(value).__name__} {value!r}")
+    return tuple(value)
+
+
+def _check_hash(name: str, value: object) -> ExternalBlockHash:
+    try:
+        normalize_engine_hash(value)  # type: ignore[arg-type]
+    except ValueError as err:
+        raise ValueError(f"{name}: {err}") from None
+    return bytes(value) if isinstance(value, (bytes, bytearray)) else int(value)  # type: ignore[arg-type]
+
+
+def _check_hashes(name: str, value: object) -> tuple[ExternalBlockHash, ...]:
+    return tuple(_check_hash(f"{name}[{i}]", h) for i, h in enumerate(_as_tuple(name, value)))
+
+
+def _check_tokens(name: str, value: object) -> tuple[int, ...]:
+    tokens = _as_tuple(name, value)
+    for i, token in enumerate(tokens):
+        if not _is_int(token) or not 0 <= token <= _U64_MAX:
+            raise ValueError(f"{name}[{i}] must be an integer in [0, 2**64), got {token!r}")
+    return tuple(int(t) for t in tokens)
+
+
+def _check_opt_int(name: str, value: object, low: int) -> int | None:
+    if value is None:
+        return None
+    if not _is_int(value) or not low <= value <= _U64_MAX:
+        bound = "[-2**63, 2**64)" if low == _I64_MIN else f">= {low} (and < 2**64)"
+        raise ValueError(f"{name} must be None or an integer {bound}, got {value!r}")
+    return int(value)  # type: ignore[arg-type]
+
+
+def _check_opt_str(name: str, value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{name} must be None or a string, got {type(value).__name__} {value!r}")
+
+
+def _freeze_key(name: str, value: object) -> object:
+    """One extra-key item as an immutable msgpack value (arrays become tuples)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze_key(f"{name}[{i}]", item) for i, item in enumerate(value))
+    if isinstance(value, bytearray):
+        return bytes(value)
+    if _is_int(value):
+        if not _I64_MIN <= value <= _U64_MAX:  # type: ignore[operator]
+            raise ValueError(f"{name} must fit 64 bits, got {value!r}")
+        return int(value)  # type: ignore[call-overload]
+    if value is None or isinstance(value, (str, bytes, bool, float)):
+        return value
+    raise ValueError(f"{name} must be None, bool, int, float, str, bytes or a tuple of them, "
+                     f"got {type(value).__name__} {value!r}")
+
+
+def _check_extra_keys(value: object, n_blocks: int) -> tuple[tuple | None, ...] | None:
+    if value is None:
+        return None
+    entries = _as_tuple("extra_keys", value)
+    if len(entries) != n_blocks:
+        raise ValueError(f"extra_keys has {len(entries)} entries but block_hashes has {n_blocks}; "
+                         f"vLLM sends one entry (a tuple or None) per block")
+    frozen = []
+    for i, entry in enumerate(entries):
+        if entry is not None and not isinstance(entry, (list, tuple)):
+            raise ValueError(f"extra_keys[{i}] must be None or a tuple, got {type(entry).__name__} {entry!r}")
+        frozen.append(_freeze_key(f"extra_keys[{i}]", entry))
+    return tuple(frozen)  # type: ignore[arg-type]
+
+
+def _keys_u64(hashes: Sequence[ExternalBlockHash]) -> tuple[int, ...]:
+    return tuple(normalize_engine_hash(h) for h in hashes)
+
+
+@dataclass(frozen=True)
+class BlockStored:
+    """Blocks were stored (cached) in one tier of one engine.
+
+    Models vLLM 0.33 ``BlockStored`` (``vllm/distributed/kv_events.py``; emitted per
+    ``cache_full_blocks`` call and per KV-cache group, docs/specs/hashing.md §1.7) and
+    SGLang's (one per page, coalesced; §5). The first seven fields have no default:
+    vLLM always sends them, even when null.
+
+    Attributes:
+        block_hashes: the stored blocks' hashes, chained, in order (u64/int64 ints or
+            digest bytes, as published).
+        parent_block_hash: hash of the block before the first stored one; ``None`` when
+            the chain starts at block 0.
+        token_ids: all tokens of the stored blocks, concatenated; empty or exactly
+            ``len(block_hashes) * block_size`` tokens.
+        block_size: tokens per block (the KV-cache group's block size; smaller for
+            vLLM's partial-block stores and SGLang's partial last page), >= 1.
+        lora_id: deprecated LoRA adapter id (``lora_request.adapter_id``); SGLang: null.
+        medium: the tier, e.g. ``"GPU"``, ``"CPU"``, ``"STORAGE"`` (vLLM offload),
+            ``"CPU_PINNED"``, ``"DISK"`` (SGLang); ``None`` when unspecified.
+        lora_name: LoRA adapter name, or ``None``.
+        extra_keys: per-block extra hash inputs in vLLM's untagged event form, one entry
+            (a tuple, or ``None``) per block, e.g. ``(("img-0", -1), "salt")``; ``None``
+            when not sent.
+        group_idx: KV-cache group index (>= 0).
+        kv_cache_spec_kind: the group's KV-cache spec kind (e.g. ``"full_attention"``).
+        kv_cache_spec_sliding_window: the group's sliding window in tokens (>= 1).
+        locality: ``"LOCAL"`` or ``"REMOTE"`` relative to the publisher.
+        ownership: the secondary offloading tier that generated the event, if any.
+        session_id: the request's session id.
+        lookahead_token_ids: tokens after the stored blocks that their hashes looked
+            ahead at (EAGLE, §1.5), or ``None``.
+
+    Lists are stored as tuples (extra-key arrays too), bytearrays as bytes.
+
+    Raises:
+        ValueError: naming the field and value: a hash that is not bytes or a 64-bit
+            integer, a negative or non-integer token id, ``block_size < 1``, a token
+            count that is neither 0 nor ``len(block_hashes) * block_size``, an
+            ``extra_keys`` list whose length differs from ``len(block_hashes)``, a
+            non-string ``medium`` / ``lora_name`` / ..., a negative ``group_idx``.
+
+    Example:
+        >>> ev = BlockStored(block_hashes=[2**63 + 5, -2], parent_block_hash=None,
+        ...                  token_ids=[1, 2, 3, 4, 5, 6, 7, 8], block_size=4,
+        ...                  lora_id=None, medium="GPU", lora_name=None, group_idx=0)
+        >>> ev.block_hashes, ev.block_keys_u64()
+        ((9223372036854775813, -2), (9223372036854775813, 18446744073709551614))
+        >>> ev.parent_key_u64() is None
+        True
+    """
+
+    block_hashes: tuple[ExternalBlockHash, ...]
+    parent_block_hash: ExternalBlockHash | None
+    token_ids: tuple[int, ...]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    extra_keys: tuple[tuple | None, ...] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    session_id: str | None = None
+    lookahead_token_ids: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        hashes = _check_hashes("block_hashes", self.block_hashes)
+        parent = None if self.parent_block_hash is None else _check_hash("parent_block_hash",
+                                                                           self.parent_block_hash)
+        tokens = _check_tokens("token_ids", self.token_ids)
+        block_size = check_block_size(self.block_size)
+        if tokens and len(tokens) != len(hashes) * block_size:
+            raise ValueError(
+                f"token_ids has {len(tokens)} tokens but {len(hashes)} block_hashes x block_size "
+                f"{block_size} = {len(hashes) * block_size}; token_ids must be empty or hold every "
+                f"token of the stored blocks")
+        for name in ("medium", "lora_name", "kv_cache_spec_kind", "locality", "ownership", "session_id"):
+            _check_opt_str(name, getattr(self, name))
+        lookahead = self.lookahead_token_ids
+        checked = {
+            "block_hashes": hashes, "parent_block_hash": parent, "token_ids": tokens, "block_size": block_size,
+            "lora_id": _check_opt_int("lora_id", self.lora_id, _I64_MIN),
+            "extra_keys": _check_extra_keys(self.extra_keys, len(hashes)),
+            "group_idx": _check_opt_int("group_idx", self.group_idx, 0),
+            "kv_cache_spec_sliding_window": _check_opt_int("kv_cache_spec_sliding_window",
+                                                           self.kv_cache_spec_sliding_window, 1),
+            "lookahead_token_ids": None if lookahead is None else _check_tokens("lookahead_token_ids", lookahead),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    def block_keys_u64(self) -> tuple[int, ...]:
+        """kvlab's u64 block keys of :attr:`block_hashes` (``normalize_engine_hash`` of each:
+        bytes → last 8 bytes big-endian, int64 → two's complement, u64 kept)."""
+        return _keys_u64(self.block_hashes)
+
+    def parent_key_u64(self) -> int | None:
+        """:attr:`parent_block_hash` as a u64 key, ``None`` when the chain starts here."""
+        return None if self.parent_block_hash is None else normalize_engine_hash(self.parent_block_hash)
+
+
+@dataclass(frozen=True)
+class BlockRemoved:
+    """Blocks were removed (evicted) from one tier of one engine.
+
+    Models vLLM 0.33 ``BlockRemoved`` (docs/specs/hashing.md §1.7; vLLM emits one per
+    evicted hash, ``_emit_block_removed_events``) and SGLang's (one per radix node, all
+    its page hashes; §5).
+
+    Attributes:
+        block_hashes: the removed blocks' hashes, as published (ints or digest bytes).
+        medium: the tier (see :class:`BlockStored`), or ``None``; always sent.
+        group_idx: KV-cache group index (>= 0), or ``None``.
+        locality: ``"LOCAL"`` or ``"REMOTE"`` relative to the publisher, or ``None``.
+        ownership: the secondary offloading tier that generated the event, or ``None``.
+
+    Raises:
+        ValueError: naming the field and value (a hash that is not bytes or a 64-bit
+            integer, a non-string medium, a negative group index ...).
+
+    Example:
+        >>> ev = BlockRemoved(block_hashes=[bytes(31) + b"\\x07"], medium="CPU")
+        >>> ev.block_keys_u64()
+        (7,)
+    """
+
+    block_hashes: tuple[ExternalBlockHash, ...]
+    medium: str | None
+    group_idx: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "block_hashes", _check_hashes("block_hashes", self.block_hashes))
+        for name in ("medium", "locality", "ownership"):
+            _check_opt_str(name, getattr(self, name))
+        object.__setattr__(self, "group_idx", _check_opt_int("group_idx", self.group_idx, 0))
+
+    def block_keys_u64(self) -> tuple[int, ...]:
+        """kvlab's u64 block keys of :attr:`block_hashes` (see :meth:`BlockStored.block_keys_u64`)."""
+        return _keys_u64(self.block_hashes)
+
+
+@dataclass(frozen=True)
+class AllBlocksCleared:
+    """Every block of the engine's prefix cache was dropped (prefix-cache reset).
+
+    Models vLLM 0.33 ``AllBlocksCleared`` (no fields; docs/specs/hashing.md §1.7) and
+    SGLang's (§5). It names no tier: vLLM clears the whole cache.
+
+    Example:
+        >>> AllBlocksCleared() == AllBlocksCleared()
+        True
+    """
+
+
+#: Any KV event.
+KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
+#: The event classes; a class's ``__name__`` is its wire tag (msgspec ``tag=True``).
+EVENT_TYPES: tuple[type, ...] = (BlockStored, BlockRemoved, AllBlocksCleared)
+
+
+@dataclass(frozen=True)
+class EventBatch:
+    """The events one engine step published, as one message.
+
+    Models vLLM 0.33 ``EventBatch`` / ``KVEventBatch`` (docs/specs/hashing.md §1.7;
+    SGLang's ``attn_dp_rank`` fills the same slot, §5).
+
+    Attributes:
+        ts: publish time, seconds since the epoch (``time.time()``), finite; ints are
+            stored as float.
+        events: the events, in order.
+        data_parallel_rank: the publishing DP rank (>= 0); vLLM's publisher always sets
+            it (0 by default); ``None`` only for a batch sent without it.
+
+    Raises:
+        ValueError: ``ts`` not a finite number, an item of ``events`` that is not a KV
+            event, a negative or non-integer ``data_parallel_rank``.
+
+    Example:
+        >>> batch = EventBatch(1700000002, [BlockRemoved([5], medium="GPU"), AllBlocksCleared()], 1)
+        >>> batch.ts, len(batch.events)
+        (1700000002.0, 2)
+    """
+
+    ts: float
+    events: tuple[KVEvent, ...]
+    data_parallel_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        ts = self.ts
+        numeric = isinstance(ts, (int, float, np.integer, np.floating)) and not isinstance(ts, bool)
+        if not numeric or abs(ts) > _U64_MAX or not math.isfinite(ts):
+            raise ValueError(f"ts must be a finite number (seconds), got {ts!r}")
+        events = _as_tuple("events", self.events)
+        for i, event in enumerate(events):
+            if not isinstance(event, EVENT_TYPES):
+                raise ValueError(f"events[{i}] must be a BlockStored, BlockRemoved or AllBlocksCleared, "
+                                 f"got {type(event).__name__} {event!r}")
+        object.__setattr__(self, "ts", float(ts))
+        object.__setattr__(self, "events", events)
+        object.__setattr__(self, "data_parallel_rank",
+                           _check_opt_int("data_parallel_rank", self.data_parallel_rank, 0))
