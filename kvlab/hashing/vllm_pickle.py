@@ -1,0 +1,204 @@
+"""vLLM's pickle-based block hashes of blocks without extra keys, fast and byte-exact.
+
+With ``--prefix-caching-hash-algo sha256`` (vLLM's default) or ``xxhash``, a block hash is
+``digest(pickle.dumps((parent, tuple(block_tokens), None), protocol=5))``
+(``kv_cache_utils.hash_block_tokens``; docs/specs/hashing.md §1.2, §1.4). Calling
+``pickle.dumps`` per block costs more than the digest itself, so this module writes the
+exact pickle bytes of all blocks at once (a numba kernel) and leaves only
+``digest(prefix_i + parent + suffix_i)`` in the per-block Python loop. The bytes CPython's
+C pickler writes for that payload (check with ``pickletools.dis``)::
+
+    80 05                  PROTO 5
+    95 <u64 LE>            FRAME: byte count of everything after this header
+    43 <len> <parent>      SHORT_BINBYTES parent (32 bytes; 16 for xxhash)
+    94                     MEMOIZE
+    28 ... 74              MARK, the tokens, TUPLE   (1-3 tokens: tokens, then TUPLE1/2/3)
+      4b <u8>              BININT1  for t < 2**8
+      4d <u16 LE>          BININT2  for t < 2**16
+      4a <i32 LE>          BININT   for t < 2**31
+      8a <n> <n bytes LE>  LONG1    above (minimal two's complement, so 2**31 takes 5 bytes)
+    94                     MEMOIZE
+    4e 87 94 2e            NONE, TUPLE3, MEMOIZE, STOP
+
+One FRAME holds the whole pickle while it stays below 64 KiB (``FRAME_SIZE_TARGET`` of
+``_pickle.c``, which starts a new frame at the first opcode boundary past it); blocks that
+whose pickle reaches it (thousands of tokens) are hashed with ``pickle.dumps`` itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+
+import numpy as np
+from numba import njit
+
+from kvlab.hashing.digests import digester, hash_fn
+
+#: CPython's ``_pickle.c`` ``FRAME_SIZE_TARGET``: frames are split once they reach it.
+FRAME_SIZE_TARGET = 64 * 1024
+#: The hash algos that serialise with pickle (the others use CBOR).
+PICKLE_ALGOS = ("sha256", "xxhash")
+#: Blocks pickled per kernel call: their bytes are still in the CPU cache when digested.
+_CHUNK_BLOCKS = 4096
+_LONG1_FROM = 1 << 31
+
+
+@njit(nogil=True)
+def _long1_bytes(t):  # noqa: ANN001, ANN202 - numba helper
+    """Length of ``t >= 2**31`` as a minimal positive two's-complement integer (5..9)."""
+    n = 5
+    while n < 9 and (t >> np.uint64(8 * n - 1)) > 0:
+        n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _write_pickles(blocks, parent_len, long_ints):  # noqa: ANN001, ANN202 - numba kernel
+    """Each block's FRAME length (``int64[n]``) and pickle bytes after the parent
+    (``uint8[n, width]``, left-aligned, zero-padded; ``width`` = the longest).
+
+    ``blocks`` is ``uint64[n, B]``. ``long_ints`` is ``None`` when every token is below
+    ``2**31``: numba then prunes the LONG1 branches, which otherwise halve the speed.
+    """
+    n_blocks, block_size = blocks.shape
+    head = 1 if block_size <= 3 else 2  # MEMOIZE (+ MARK)
+    frames = np.empty(n_blocks, np.int64)
+    width = 0
+    for b in range(n_blocks):
+        length = head + 6
+        for i in range(block_size):
+            t = blocks[b, i]
+            if long_ints is not None and t >= _LONG1_FROM:
+                length += 2 + _long1_bytes(t)
+            else:
+                v = np.int64(t)
+                c = np.int64(v >= 256) + np.int64(v >= 65536)
+                length += 2 + c + (c >> 1)
+        frames[b] = 2 + parent_len + length
+        width = max(width, length)
+    suffixes = np.zeros((n_blocks, width), np.uint8)
+    for b in range(n_blocks):
+        suffixes[b, 0] = 0x94  # MEMOIZE the parent
+        suffixes[b, 1] = 0x28  # MARK (overwritten by the first token when B <= 3)
+        p = head
+        for i in range(block_size):
+            t = blocks[b, i]
+            if long_ints is not None and t >= _LONG1_FROM:
+                n = _long1_bytes(t)
+                suffixes[b, p] = 0x8A
+                suffixes[b, p + 1] = n
+                for k in range(min(n, 8)):  # a 9th byte is the zero sign byte (zeroed row)
+                    suffixes[b, p + 2 + k] = (t >> np.uint64(8 * k)) & np.uint64(0xFF)
+                p += 2 + n
+                continue
+            # BININT1/2/BININT (c = 0, 1, 2: 2, 3, 5 bytes); opcode + 4 bytes are written
+            # always, the next token or the tail overwrites the excess. (Inlined by hand:
+            # a helper function halves the speed.)
+            v = np.int64(t)
+            c = np.int64(v >= 256) + np.int64(v >= 65536)
+            suffixes[b, p] = 0x4B + 2 * c - 5 * (c >> 1)  # 0x4b, 0x4d, 0x4a
+            suffixes[b, p + 1] = v & 0xFF
+            suffixes[b, p + 2] = (v >> 8) & 0xFF
+            suffixes[b, p + 3] = (v >> 16) & 0xFF
+            suffixes[b, p + 4] = v >> 24
+            p += 2 + c + (c >> 1)
+        suffixes[b, p] = 0x74 if block_size > 3 else 0x84 + block_size  # TUPLE / TUPLE1-3
+        suffixes[b, p + 1] = 0x94
+        suffixes[b, p + 2] = 0x4E
+        suffixes[b, p + 3] = 0x87
+        suffixes[b, p + 4] = 0x94
+        suffixes[b, p + 5] = 0x2E
+    return frames, suffixes
+
+
+@lru_cache(maxsize=8)
+def _prefix_table(parent_len: int, n_frames: int) -> np.ndarray:
+    """``object[n_frames]``: the pickle's bytes before the parent, by FRAME length."""
+    return np.array([b"\x80\x05\x95" + frame.to_bytes(8, "little") + b"C" + bytes([parent_len])
+                     for frame in range(n_frames)], dtype=object)
+
+
+def pickle_parts(blocks: np.ndarray, parent_len: int) -> tuple[list[bytes], list[bytes]] | None:
+    """Per block, the bytes before and after the parent in vLLM's pickled payload.
+
+    ``prefixes[i] + parent + suffixes[i] == pickle.dumps((parent, tuple(blocks[i]), None),
+    protocol=5)`` for any ``parent`` of ``parent_len`` bytes (models the payload of vLLM
+    0.33 ``hash_block_tokens`` for a block without extra keys; docs/specs/hashing.md §1.4).
+
+    Args:
+        blocks: ``uint64[n_blocks, block_size]`` token ids, ``block_size >= 1``.
+        parent_len: length of the parent hash in bytes (32 for sha256, 16 for xxhash).
+
+    Returns:
+        ``(prefixes, suffixes)``, two lists of ``n_blocks`` bytes objects; ``None`` when a
+        block's pickle would need a second frame (see :data:`FRAME_SIZE_TARGET`).
+
+    Raises:
+        ValueError: ``blocks`` not a 2-D ``uint64`` array with at least one column, or
+            ``parent_len`` outside ``1..255``.
+
+    Example:
+        >>> import pickle
+        >>> prefixes, suffixes = pickle_parts(np.array([[1, 300, 70000, 2**40]], np.uint64), 32)
+        >>> payload = (bytes(32), (1, 300, 70000, 2**40), None)
+        >>> prefixes[0] + bytes(32) + suffixes[0] == pickle.dumps(payload, protocol=5)
+        True
+    """
+    if not isinstance(blocks, np.ndarray) or blocks.dtype != np.uint64 or blocks.ndim != 2 or blocks.shape[1] < 1:
+        raise ValueError(f"blocks must be a uint64[n_blocks, block_size >= 1] array, got "
+                         f"{getattr(blocks, 'dtype', type(blocks).__name__)} {getattr(blocks, 'shape', '')}")
+    if isinstance(parent_len, bool) or not isinstance(parent_len, int) or not 1 <= parent_len <= 255:
+        raise ValueError(f"parent_len must be an integer in 1..255, got {parent_len!r}")
+    if blocks.shape[0] == 0:
+        return [], []
+    long_ints = True if int(blocks.max()) >= _LONG1_FROM else None
+    frames, suffixes = _write_pickles(np.ascontiguousarray(blocks), parent_len, long_ints)
+    max_frame = int(frames.max())
+    if max_frame >= FRAME_SIZE_TARGET:
+        return None
+    prefixes = _prefix_table(parent_len, 1 << max_frame.bit_length())[frames]  # few sizes, shared objects
+    # As a fixed-width bytes item a row drops its trailing zeros; every suffix ends in
+    # STOP (0x2e), so tolist() yields the exact suffixes.
+    return prefixes.tolist(), suffixes.view(f"S{suffixes.shape[1]}").ravel().tolist()
+
+
+def chain_without_extras(algo: str, parent: bytes, blocks: np.ndarray) -> list[bytes]:
+    """Chained vLLM block hashes of consecutive blocks that have no extra keys.
+
+    Equal to ``h_i = hash_fn(algo)((h_{i-1}, tuple(blocks[i]), None))`` with
+    ``h_{-1} = parent`` (vLLM 0.33 ``hash_block_tokens``, docs/specs/hashing.md §1.4), but
+    the pickles are written by a kernel (:func:`pickle_parts`), a chunk of blocks at a
+    time.
+
+    Args:
+        algo: ``"sha256"`` or ``"xxhash"`` (the pickle-based algos).
+        parent: the previous block's hash, or NONE_HASH for the first block.
+        blocks: ``uint64[n_blocks, block_size]`` token ids.
+
+    Returns:
+        ``n_blocks`` digests (32 bytes for sha256, 16 for xxhash).
+
+    Raises:
+        ValueError: ``algo`` not pickle-based, or bad ``blocks``.
+
+    Example:
+        >>> root = hash_fn("sha256")("vllm-none-hash")
+        >>> chain_without_extras("sha256", root, np.array([[1, 2, 3, 4]], np.uint64))[0].hex()[:16]
+        '52a7f141c60918f6'
+    """
+    if algo not in PICKLE_ALGOS:
+        raise ValueError(f"algo must be one of {list(PICKLE_ALGOS)} (pickle-based), got {algo!r}")
+    sha256, digest, hash_obj = hashlib.sha256, digester(algo), hash_fn(algo)
+    hashes: list[bytes] = []
+    h = parent
+    for a in range(0, blocks.shape[0], _CHUNK_BLOCKS):
+        chunk = blocks[a:a + _CHUNK_BLOCKS]
+        parts = pickle_parts(chunk, len(parent))
+        if parts is None:  # a pickle of two frames: let pickle write it
+            hashes += [h := hash_obj((h, tuple(row), None)) for row in chunk.tolist()]
+        elif algo == "sha256":  # inlined: a digest callable per block would cost ~15% of the loop
+            hashes += [h := sha256(p + h + s).digest() for p, s in zip(*parts)]
+        else:
+            hashes += [h := digest(p + h + s) for p, s in zip(*parts)]
+    return hashes
