@@ -1,9 +1,10 @@
 """kvlab's own fast chained 64-bit block hash, for token-level synthetic workloads.
 
 Not an engine's hash: use it when only *which* prefixes are equal matters (simulation),
-not the engine's exact ids. Per block, every token is mixed into a 64-bit state seeded
-by the parent hash (xor, multiply by an odd constant, rotate: a non-linear bijection
-per token), the block length is mixed in (so a partial tail differs from a full block
+not the engine's exact ids. Per block, the tokens at even and at odd positions are mixed
+into two 64-bit lanes seeded differently from the parent hash (xor, multiply by an odd
+constant, rotate: a non-linear bijection per token; two lanes run in parallel), the
+lanes and the block length are combined (so a partial tail differs from a full block
 with the same leading tokens), and the result is finalised with MurmurHash3's
 ``fmix64`` avalanche.
 
@@ -49,11 +50,20 @@ def _chain(tokens: np.ndarray, block_size: int, seed: np.uint64, partial_tail: b
     for b in range(n_blocks):
         start = b * block_size
         end = min(start + block_size, n_tokens)
-        acc = h ^ _K_PARENT
-        for i in range(start, end):
-            acc = (acc ^ np.uint64(tokens[i])) * _MUL
-            acc = (acc << np.uint64(31)) | (acc >> np.uint64(33))
-        acc ^= np.uint64(end - start)
+        # two independent lanes (even / odd positions) halve the serial dependency chain
+        even = h ^ _K_PARENT
+        odd = h ^ _K_ROOT
+        i = start
+        while i + 1 < end:
+            even = (even ^ np.uint64(tokens[i])) * _MUL
+            odd = (odd ^ np.uint64(tokens[i + 1])) * _MUL2
+            even = (even << np.uint64(31)) | (even >> np.uint64(33))
+            odd = (odd << np.uint64(29)) | (odd >> np.uint64(35))
+            i += 2
+        if i < end:
+            even = (even ^ np.uint64(tokens[i])) * _MUL
+            even = (even << np.uint64(31)) | (even >> np.uint64(33))
+        acc = even ^ ((odd << np.uint64(17)) | (odd >> np.uint64(47))) ^ np.uint64(end - start)
         h = _fmix64(acc)
         out[b] = h
     return out
