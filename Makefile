@@ -23,6 +23,7 @@ test: $(STAMP)
 ## make bench — speed measured against the named anchors; JSON in out/bench/ (recorded runs: benchmarks/results/)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_replay.py --out out/bench/bench_replay.json
+	$(BIN)/python benchmarks/bench_hashing.py --out out/bench/bench_hashing.json
 
 ## make lab — JupyterLab on the notebooks
 lab: $(STAMP)
