@@ -6,8 +6,10 @@ Layers (one concern per package; a layer imports only layers above it, and only
 =================  =====================================================================
 package            owns
 =================  =====================================================================
+``kvlab.hashing``  tokens → chained block keys, one profile per engine
 ``kvlab.traces``   real and synthetic workloads as a :class:`~kvlab.traces.Trace`
 ``kvlab.policies`` eviction policies as small plug-ins (reference class + numba hooks)
+``kvlab.events``   KV events and vLLM's ZMQ wire codec
 ``kvlab.sim``      cache-level replay (numba kernels), capacity sweeps
 ``kvlab.viz``      altair chart builders: polars frame in, chart out
 ``kvlab.ui``       ipywidgets panels composing ``sim`` and ``viz``

@@ -10,9 +10,14 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def test_readme_python_example_runs(capsys) -> None:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert len(blocks) == 1 and len(blocks[0].strip().splitlines()) <= 12
+    assert len(blocks) == 2 and len(blocks[0].strip().splitlines()) <= 12
     namespace: dict = {}
-    exec(compile(blocks[0], str(README), "exec"), namespace)  # noqa: S102 - our own README
+    for block in blocks:  # run in order, in one namespace, as a reader would
+        exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - our own README
     assert round(namespace["result"].summary.block_hit_ratio, 4) == 0.2116
     assert namespace["curve"].height == 4
     assert "0.2116" in capsys.readouterr().out
+    assert len(namespace["vllm_keys"]) == 6 and not set(namespace["vllm_keys"]) & set(namespace["llmd_keys"])
+    assert not set(namespace["salted"]) & set(namespace["vllm_keys"])
+    assert namespace["vllm_trace"].frame["block_keys"].list.len().to_list() == [6, 3]
+    assert namespace["coarse"].block_size == 32
