@@ -28,7 +28,7 @@ def test_from_token_ids_uses_the_hasher_and_its_tail_rule() -> None:
     keys = trace.frame["block_keys"].to_list()
     assert keys[0] == chain_u64(range(40), 16, 3).tolist() and len(keys[1]) == 4
     assert keys[1][:2] == keys[0]
-    assert trace.source == "token_ids | kvlab.chain_u64"
+    assert trace.source == "token_ids | SimHasher(block_size=16, seed=3, partial_tail=False)"
     tailed = Trace.from_token_ids(token_frame([list(range(40))]), SimHasher(16, partial_tail=True))
     assert tailed.partial_block_keyed and tailed.frame["block_keys"].list.len().to_list() == [3]
 
@@ -46,6 +46,32 @@ def test_from_token_ids_errors_name_the_row() -> None:
                              hasher)
     with pytest.raises(ValueError, match="hasher must be a kvlab.hashing BlockHasher, got str"):
         Trace.from_token_ids(token_frame([[1]]), "vllm")
+
+
+@pytest.mark.parametrize(("frame", "message"), [
+    ({"token_ids": [[1, None]]}, "column 'token_ids' has a null at row 0"),
+    ({"token_ids": [None, [1]]}, "column 'token_ids' has a null at row 0"),
+    ({"token_ids": ["abc"]}, "column 'token_ids' must hold lists of integers, got dtype String"),
+    ({"token_ids": [[1.5]]}, r"column 'token_ids' must hold lists of integers, got dtype List\(Float64\)"),
+    ({"token_ids": [[2**32]]}, r"token ids in \[0, 2\*\*32\) \(a Trace stores them as u32\), got 4294967296"),
+    ({"token_ids": [[-1]]}, r"token ids in \[0, 2\*\*32\).*got -1"),
+    ({"token_ids": [[1]], "input_tokens": [1.0]}, "column 'input_tokens' must hold integers without nulls"),
+    ({"token_ids": [[1]], "lora_name": [5]}, "column 'lora_name' must hold strings"),
+])
+def test_from_token_ids_rejects_bad_columns(frame, message) -> None:
+    n = len(frame["token_ids"])
+    base = {"request_id": list(range(n)), "arrival_s": [0.0] * n, "output_tokens": [1] * n}
+    with pytest.raises(ValueError, match=message):
+        Trace.from_token_ids(pl.DataFrame({**base, **frame}, strict=False), SimHasher(block_size=4))
+    with pytest.raises(ValueError, match="frame must be a polars DataFrame"):
+        Trace.from_token_ids({"token_ids": [[1]]}, SimHasher(block_size=4))
+
+
+def test_from_token_ids_rejects_hashers_without_a_trace_key_rule() -> None:
+    from kvlab.hashing import dynamo
+
+    with pytest.raises(ValueError, match=r"hashes 1 blocks of a 8-token prompt .*EAGLE windows"):
+        Trace.from_token_ids(token_frame([list(range(8))]), dynamo(4, is_eagle=True))
 
 
 def test_physical_block_keyed_by_its_end_boundary_hash() -> None:
@@ -85,6 +111,13 @@ def test_rechunk_of_mooncake_is_chained_and_counts_groups(synthetic) -> None:
 def test_rechunk_cannot_make_finer_blocks(k, synthetic) -> None:
     with pytest.raises(ValueError, match=r"integer k >= 1 .* blocks finer than the trace's 512 tokens cannot be made"):
         synthetic.rechunk(k)
+
+
+def test_rechunk_bounds_the_block_size(synthetic) -> None:
+    with pytest.raises(ValueError, match="would make 17179869184-token blocks"):
+        synthetic.rechunk(2**25)
+    with pytest.raises(ValueError, match=r"k must be below 2\*\*31, got 4294967296"):
+        synthetic.rechunk(2**32)
 
 
 @given(trace=chained_traces(), k=st.integers(1, 5))

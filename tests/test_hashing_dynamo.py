@@ -65,7 +65,7 @@ def test_mm_identifier_vector() -> None:
 
 def test_mm_items_use_the_offset_tagged_rule_per_overlapped_block() -> None:
     hasher = DynamoHasher(block_size=4)
-    items = (MMItem("img-a", offset=5, length=2), MMItem("f9a38a66df902915" + "0" * 48, offset=6, length=4))
+    items = (MMItem("img-a", offset=5, length=1), MMItem("f9a38a66df902915" + "0" * 48, offset=6, length=4))
     tokens = list(range(1, 14))
     per_block = [None, [xxhash.xxh3_64_intdigest(b"img-a"), 0xF9A38A66DF902915], [0xF9A38A66DF902915]]
     assert hasher.local_block_hashes(tokens, RequestExtras(mm_items=items)) == \
@@ -115,8 +115,7 @@ def test_salts_separate_every_block() -> None:
                 RequestExtras(lora_name="a", cache_salt="a")]
     hashes = [set(hasher.local_block_hashes(tokens, extras)) for extras in variants]
     assert sum(len(h) for h in hashes) == len(set().union(*hashes)) == 16
-    assert hasher.local_block_hashes(tokens, RequestExtras(lora_name="", cache_salt="")) == \
-        hasher.local_block_hashes(tokens)
+    assert hasher.local_block_hashes(tokens, RequestExtras(cache_salt="")) == hasher.local_block_hashes(tokens)
 
 
 def test_salted_seed_wraps_and_values() -> None:

@@ -130,7 +130,6 @@ def test_lora_name_replaces_model_name_in_root() -> None:
     with_lora = base.block_hashes(TOKENS, RequestExtras(lora_name="adapter"))
     assert with_lora == LlmdHasher(model_name="adapter").block_hashes(TOKENS)
     assert not set(with_lora) & set(base.block_hashes(TOKENS))
-    assert base.block_hashes(TOKENS, RequestExtras(lora_name="")) == base.block_hashes(TOKENS)
 
 
 def test_parent_key_continues_the_chain() -> None:
@@ -141,8 +140,9 @@ def test_parent_key_continues_the_chain() -> None:
 
 def test_fields_llmd_ignores_do_not_change_keys() -> None:
     hasher = LlmdHasher(block_size=4)
-    extras = RequestExtras(cache_salt="tenant", lora_path="/p", lora_identity="d")
-    assert hasher.block_hashes(list(range(8)), extras) == hasher.block_hashes(list(range(8)))
+    lora = RequestExtras(lora_name="a")
+    extras = RequestExtras(cache_salt="tenant", lora_name="a", lora_path="/p", lora_identity="d")
+    assert hasher.block_hashes(list(range(8)), extras) == hasher.block_hashes(list(range(8)), lora)
 
 
 DIGEST_A = "f9a38a66df90291515d7ea4de3175b262c1da7668ad1cc32e3dbb98be86388ac"

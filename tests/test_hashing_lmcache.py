@@ -53,7 +53,8 @@ def hasher_for(case: dict) -> LMCacheHasher:
 
 
 def _case_param(case: dict) -> object:
-    marks = [_NEEDS_CPYTHON_311] if case["scheme"] == "lmcache.chunked_token_db.builtin" else []
+    marks = ([_NEEDS_CPYTHON_311, pytest.mark.filterwarnings("ignore:LMCache 'builtin'")]
+             if case["scheme"] == "lmcache.chunked_token_db.builtin" else [])
     return pytest.param(case, id=f"{case['scheme']}::{case['name']}", marks=marks)
 
 
@@ -269,6 +270,11 @@ def _builtin_in_subprocess(pythonhashseed: str) -> str:
     env = {**os.environ, "PYTHONHASHSEED": pythonhashseed, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,
                           text=True).stdout
+
+
+def test_builtin_warns_that_it_is_process_bound() -> None:
+    with pytest.warns(UserWarning, match="bound to this process"):
+        LMCacheHasher(chunk_size=4, algo="builtin")
 
 
 def test_builtin_with_vllm_root_depends_on_pythonhashseed() -> None:

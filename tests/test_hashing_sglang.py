@@ -125,8 +125,8 @@ def test_prior_continues_a_chain_across_radix_nodes(head: list[int], tail: list[
 def test_namespaces_separate_storage_keys() -> None:
     hasher, tokens = SGLangHasher(page_size=4), list(range(8))
     keys = {tuple(hasher.block_hashes(tokens, RequestExtras(lora_name=lora, cache_salt=salt)))
-            for lora in (None, "a", "b", "") for salt in (None, "s", "t")}
-    assert len(keys) == 12
+            for lora in (None, "a", "b") for salt in (None, "s", "t")}
+    assert len(keys) == 9
     assert hasher.block_hashes(tokens, RequestExtras(cache_salt="")) == hasher.block_hashes(tokens)  # "" = no salt
 
 
@@ -158,7 +158,9 @@ def test_to_u64_and_int64_forms() -> None:
 
 def test_lora_path_and_identity_do_not_enter_keys() -> None:
     hasher, tokens = SGLangHasher(page_size=2), [5, 6, 7]
-    assert hasher.block_hashes(tokens, RequestExtras(lora_path="/x", lora_identity="d")) == hasher.block_hashes(tokens)
+    lora = RequestExtras(lora_name="a")
+    assert hasher.block_hashes(tokens, RequestExtras(lora_name="a", lora_path="/x", lora_identity="d")) == \
+        hasher.block_hashes(tokens, lora)
 
 
 BAD_CALLS = [

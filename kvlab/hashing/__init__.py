@@ -90,7 +90,7 @@ def get_hasher(name: str, **params: object) -> BlockHasher:
         >>> get_hasher("llmd", block_size=4).name
         'llmd'
     """
-    if name not in PROFILES:
+    if not isinstance(name, str) or name not in PROFILES:
         raise ValueError(f"unknown hashing profile {name!r}; known: {sorted(PROFILES)}")
     try:
         return PROFILES[name](**params)

@@ -57,12 +57,13 @@ class MMItem:
     length: int
 
     def __post_init__(self) -> None:
-        if not isinstance(self.identifier, str) or not self.identifier:
-            raise ValueError(f"identifier must be a non-empty string, got {self.identifier!r}")
+        if not isinstance(self.identifier, str) or not self.identifier.strip():
+            raise ValueError(f"identifier must be a non-blank string, got {self.identifier!r}")
         for name, low in (("offset", 0), ("length", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+            object.__setattr__(self, name, int(value))  # numpy ints would hash differently
 
     @property
     def end(self) -> int:
@@ -89,15 +90,18 @@ class RequestExtras:
             keys become ``("lora", name)`` + ``("lora_identity", id)`` — the fix proposed
             for stale reuse after an in-place reload (vLLM issue #42125, PR #48352).
             vLLM 0.33 itself keys on name and path only.
-        mm_items: multimodal items, any order (profiles sort by offset).
+        mm_items: multimodal items, any order (sorted by offset here); their
+            placeholder ranges must not overlap. ``None`` means none.
         cache_salt: per-tenant salt (vLLM ``cache_salt``; Dynamo cache namespace;
-            SGLang ``cache_salt``).
+            SGLang ``cache_salt``); ``""`` means none, as the engines treat it.
         prompt_embeds: vLLM prompt embeddings: a ``(n_tokens, hidden)`` array (hashed
             as the raw bytes of rows ``[start, end)`` of each block) or a mapping
             ``(start, end) -> 32-byte sha256 digest`` per block.
 
     Raises:
-        ValueError: a field of the wrong type (names the field and value).
+        ValueError: a field of the wrong type (names the field and value), an empty
+            LoRA name/path/identity, a LoRA path or identity without a name, or
+            overlapping MM items.
 
     Example:
         >>> extras = RequestExtras(lora_name="ad", mm_items=(MMItem("img", 2, 3),), cache_salt="s")
@@ -115,10 +119,14 @@ class RequestExtras:
     def __post_init__(self) -> None:
         for name in ("lora_name", "lora_path", "lora_identity", "cache_salt"):
             _check_str(name, getattr(self, name))
-        items = tuple(self.mm_items)
-        if not all(isinstance(item, MMItem) for item in items):
-            raise ValueError(f"mm_items must be MMItem values, got {self.mm_items!r}")
-        object.__setattr__(self, "mm_items", tuple(sorted(items, key=lambda item: item.offset)))
+        for name in ("lora_name", "lora_path", "lora_identity"):
+            if getattr(self, name) == "":
+                raise ValueError(f"{name} must be a non-empty string or None, got ''")
+        if self.lora_name is None and (self.lora_path is not None or self.lora_identity is not None):
+            raise ValueError("lora_path / lora_identity need a lora_name (the adapter they describe)")
+        if self.cache_salt == "":
+            object.__setattr__(self, "cache_salt", None)  # engines treat an empty salt as none
+        object.__setattr__(self, "mm_items", _sorted_items(self.mm_items))
         embeds = self.prompt_embeds
         if embeds is not None and not isinstance(embeds, (np.ndarray, Mapping)):
             raise ValueError(f"prompt_embeds must be an array or a mapping (start, end) -> digest, got "
@@ -131,6 +139,38 @@ class RequestExtras:
                 and not self.mm_items and not self.cache_salt and self.prompt_embeds is None)
 
 
+def _sorted_items(mm_items: object) -> tuple[MMItem, ...]:
+    """MM items sorted by offset; rejects non-MMItem values and overlapping placeholders."""
+    if mm_items is None:
+        return ()
+    if isinstance(mm_items, (MMItem, str, bytes)) or not isinstance(mm_items, (Sequence, set, frozenset)):
+        raise ValueError(f"mm_items must be a sequence of MMItem, got {mm_items!r}")
+    if not all(isinstance(item, MMItem) for item in mm_items):
+        raise ValueError(f"mm_items must be MMItem values, got {mm_items!r}")
+    items = tuple(sorted(mm_items, key=lambda item: item.offset))
+    for before, after in zip(items, items[1:]):
+        if after.offset < before.end:
+            raise ValueError(f"mm_items overlap: {before} and {after} (placeholder ranges of one prompt are "
+                             "disjoint)")
+    return items
+
+
+def resolve_extras(extras: object, n_tokens: int) -> RequestExtras:
+    """``extras`` checked for a prompt of ``n_tokens`` tokens (``None`` → no extras).
+
+    Raises:
+        ValueError: not a :class:`RequestExtras`, or an MM item whose placeholders end
+            after the prompt (names the item and the prompt length).
+    """
+    if extras is None:
+        return NO_EXTRAS
+    if not isinstance(extras, RequestExtras):
+        raise ValueError(f"extras must be a RequestExtras or None, got {type(extras).__name__}")
+    if extras.mm_items and extras.mm_items[-1].end > n_tokens:
+        raise ValueError(f"mm item {extras.mm_items[-1]} ends after the prompt ({n_tokens} tokens)")
+    return extras
+
+
 NO_EXTRAS = RequestExtras()
 
 
@@ -139,18 +179,32 @@ def as_token_array(token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
     already ``int64``.
 
     Raises:
-        ValueError: not one-dimensional, not integers, or negative.
+        ValueError: not one-dimensional, not integers (bools and floats are rejected),
+            negative, or 2**64 or more.
     """
     arr = np.asarray(token_ids)
+    if arr.dtype.kind in "fO" and not isinstance(token_ids, np.ndarray):
+        arr = _python_ints(token_ids)  # numpy promotes lists with ids >= 2**63 to float/object
     if arr.ndim != 1:
         raise ValueError(f"token_ids must be one-dimensional, got shape {arr.shape}")
     if arr.size == 0:
         return np.zeros(0, dtype=np.int64)
-    if not np.issubdtype(arr.dtype, np.integer):
+    if not np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_:
         raise ValueError(f"token_ids must be integers, got dtype {arr.dtype}")
     if arr.dtype.kind == "i" and arr.min() < 0:
         raise ValueError(f"token_ids must be >= 0, got {int(arr.min())}")
     return arr if arr.dtype == np.uint64 else arr.astype(np.int64, copy=False)
+
+
+def _python_ints(token_ids: Sequence[object]) -> np.ndarray:
+    """A list of Python ints as ``uint64`` (values up to 2**64 - 1), or a clear error."""
+    values = list(token_ids)
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"token_ids must be integers, got {value!r} at position {i}")
+        if not 0 <= value <= U64_MASK:
+            raise ValueError(f"token_ids must be in [0, 2**64), got {value} at position {i}")
+    return np.array(values, dtype=np.uint64)
 
 
 class BlockHasher(ABC):
@@ -187,7 +241,12 @@ class BlockHasher(ABC):
         return np.array([self.to_u64(h) for h in self.block_hashes(token_ids, extras)], dtype=np.uint64)
 
     def n_hashed_blocks(self, n_tokens: int) -> int:
-        """Number of blocks a prompt of ``n_tokens`` tokens gets hashes for."""
+        """Number of blocks a prompt of ``n_tokens`` tokens gets hashes for.
+
+        Raises:
+            ValueError: ``n_tokens`` is not an integer >= 0.
+        """
+        n_tokens = check_count(n_tokens, "n_tokens")
         full, rest = divmod(n_tokens, self.block_size)
         return full + (1 if rest and self.hashes_partial_tail else 0)
 
@@ -195,14 +254,31 @@ class BlockHasher(ABC):
         return f"{type(self).__name__}(name={self.name!r}, block_size={self.block_size})"
 
 
+#: Largest block size accepted (tokens); far beyond any engine's, small enough for int32 maths.
+MAX_BLOCK_SIZE = 2**31 - 1
+
+
+def check_count(value: object, name: str) -> int:
+    """Validate a count (integer >= 0) and return it as ``int``.
+
+    Raises:
+        ValueError: naming the parameter and the value.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
 def check_block_size(block_size: object, name: str = "block_size") -> int:
-    """Validate a block size (integer >= 1) and return it as ``int``.
+    """Validate a block size (integer in ``[1, 2**31)``) and return it as ``int``.
 
     Raises:
         ValueError: naming the parameter and the value.
     """
     if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {block_size!r}")
+    if block_size > MAX_BLOCK_SIZE:
+        raise ValueError(f"{name} must be below 2**31, got {block_size}")
     return int(block_size)
 
 

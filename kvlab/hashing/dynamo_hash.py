@@ -26,6 +26,7 @@ from kvlab.hashing.base import (
     block_mm_identifiers,
     check_block_size,
     check_u64,
+    resolve_extras,
 )
 
 #: ``XXH3_SEED`` of ``lib/kv-router/src/protocols.rs``: block hashes and the sequence chain.
@@ -119,7 +120,7 @@ def storage_tier_from_medium(medium: str | None) -> str:
     """
     if medium is None:
         return "Device"
-    if medium not in MEDIUM_TIERS:
+    if not isinstance(medium, str) or medium not in MEDIUM_TIERS:
         raise ValueError(f"unknown medium {medium!r}; known: {sorted(MEDIUM_TIERS)}")
     return MEDIUM_TIERS[medium]
 
@@ -183,9 +184,7 @@ class DynamoHasher(BlockHasher):
                 ``extras.mm_items``, of the wrong length, or holding non-u64 values.
         """
         tokens = as_u32_tokens(token_ids).astype("<u4")
-        if extras is not None and not isinstance(extras, RequestExtras):
-            raise ValueError(f"extras must be a RequestExtras or None, got {type(extras).__name__}")
-        extras = extras or RequestExtras()
+        extras = resolve_extras(extras, len(tokens))
         n_blocks = self.n_hashed_blocks(len(tokens))
         mm = self._block_mm(extras, block_mm_hashes, n_blocks, len(tokens))
         seed = salted_seed(extras.lora_name, extras.cache_salt)
@@ -214,7 +213,7 @@ class DynamoHasher(BlockHasher):
         out = []
         for i in range(n_blocks):
             entry = block_mm_hashes[i]
-            if entry is not None and not isinstance(entry, (Sequence, np.ndarray)):
+            if entry is not None and (isinstance(entry, (str, bytes)) or not isinstance(entry, (Sequence, np.ndarray))):
                 raise ValueError(f"block_mm_hashes[{i}] must be a list of u64 or None, got {entry!r}")
             hashes = () if entry is None else entry
             out.append([check_u64(f"block_mm_hashes[{i}][{j}]", h) for j, h in enumerate(hashes)])

@@ -32,6 +32,7 @@ from kvlab.hashing.base import (
     check_block_size,
     check_u64,
     normalize_engine_hash,
+    resolve_extras,
 )
 
 #: llm-d ``getHashAsUint64``: an engine's published block hash as ``u64`` (docs/specs/hashing.md §2.2).
@@ -141,10 +142,8 @@ class LlmdHasher(BlockHasher):
             ValueError: invalid token ids, extras or parent key.
         """
         tokens = as_u32_tokens(token_ids)
-        if extras is not None and not isinstance(extras, RequestExtras):
-            raise ValueError(f"extras must be a RequestExtras or None, got {type(extras).__name__}")
+        extras = resolve_extras(extras, len(tokens))
         parent = check_u64("parent_key", parent_key)
-        extras = extras or RequestExtras()
         if parent == 0:
             parent = self.root_key(extras.lora_name or None)
         n_blocks = len(tokens) // self.block_size
@@ -196,6 +195,9 @@ def map_engine_to_request_keys(engine_keys: Sequence[int], request_keys: Sequenc
         >>> map_engine_to_request_keys([5, 6, 7, 8], [1, 2])
         [[1], [1], [2], [2]]
     """
+    for name, keys in (("engine_keys", engine_keys), ("request_keys", request_keys)):
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, (Sequence, np.ndarray)):
+            raise ValueError(f"{name} must be a sequence of u64 keys, got {keys!r}")
     engine = [check_u64(f"engine_keys[{i}]", key) for i, key in enumerate(engine_keys)]
     request = [check_u64(f"request_keys[{i}]", key) for i, key in enumerate(request_keys)]
     n_e, n_r = len(engine), len(request)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import string
+import warnings
 from collections.abc import Sequence
 
 import blake3
@@ -37,6 +38,7 @@ from kvlab.hashing.base import (
     RequestExtras,
     as_token_array,
     check_block_size,
+    resolve_extras,
     u64_from_bytes_last8,
     u64_from_signed,
 )
@@ -260,6 +262,10 @@ class LMCacheHasher(BlockHasher):
         self.vllm_importable, self.none_hash_seed = vllm_importable, none_hash_seed
         self.hashes_partial_tail = save_unfull_chunk
         self.name = f"lmcache.{mode}.{algo}"
+        if algo == "builtin":
+            warnings.warn("LMCache 'builtin' chunk hashes are Python hash() values: bound to this process "
+                          "(PYTHONHASHSEED) and interpreter; never compare them across processes",
+                          UserWarning, stacklevel=2)
         seed = DEFAULT_NONE_HASH_SEED if none_hash_seed is None else none_hash_seed
         self.none_hash: int | bytes
         if mode == "mp_token_hasher":
@@ -291,10 +297,9 @@ class LMCacheHasher(BlockHasher):
             ValueError: invalid token ids or extras; a token above ``2**32 - 1`` with
                 blake3 (LMCache packs tokens as ``>I``).
         """
-        if extras is not None and not isinstance(extras, RequestExtras):
-            raise ValueError(f"extras must be a RequestExtras or None, got {type(extras).__name__}")
         tokens = as_token_array(token_ids)
-        if extras is not None and extras.mm_items:
+        extras = resolve_extras(extras, len(tokens))
+        if extras.mm_items:
             tokens = apply_mm_placeholders(tokens, extras.mm_items, self.mm_placeholder)
         if self.algo == "blake3" and tokens.size and int(tokens.max()) > _U32_MAX:
             raise ValueError(f"token_ids must fit 32 bits with algo 'blake3' (<= {_U32_MAX}), "

@@ -21,7 +21,14 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
-from kvlab.hashing.base import BlockHasher, RequestExtras, as_token_array, check_block_size
+from kvlab.hashing.base import (
+    BlockHasher,
+    RequestExtras,
+    as_token_array,
+    check_block_size,
+    check_u64,
+    resolve_extras,
+)
 
 _K_ROOT = np.uint64(0x9E3779B97F4A7C15)
 _K_PARENT = np.uint64(0xC2B2AE3D27D4EB4F)
@@ -125,8 +132,10 @@ class SimHasher(BlockHasher):
     def __init__(self, block_size: int, seed: int = 0, *, partial_tail: bool = False) -> None:
         self.block_size = check_block_size(block_size)
         chain_u64([], self.block_size, seed)  # validates the seed
+        if not isinstance(partial_tail, bool):
+            raise ValueError(f"partial_tail must be a bool, got {partial_tail!r}")
         self.seed = int(seed)
-        self.hashes_partial_tail = bool(partial_tail)
+        self.hashes_partial_tail = partial_tail
 
     def block_hashes(self, token_ids: Sequence[int] | np.ndarray,
                      extras: RequestExtras | None = None) -> list[int]:
@@ -135,11 +144,14 @@ class SimHasher(BlockHasher):
 
     def block_keys(self, token_ids: Sequence[int] | np.ndarray, extras: RequestExtras | None = None) -> np.ndarray:
         """``uint64`` keys, straight from the kernel."""
-        if extras is not None and not extras.is_empty:
+        if not resolve_extras(extras, n_tokens=2**63).is_empty:
             raise ValueError("SimHasher does not model request extras (LoRA, multimodal, cache salt); "
                              "use an engine profile")
         return chain_u64(token_ids, self.block_size, self.seed, partial_tail=self.hashes_partial_tail)
 
     def to_u64(self, block_hash: int) -> int:
-        """Identity: keys are already u64."""
-        return int(block_hash)
+        """Identity: keys are already u64 (checked)."""
+        return check_u64("block_hash", block_hash)
+
+    def __repr__(self) -> str:
+        return f"SimHasher(block_size={self.block_size}, seed={self.seed}, partial_tail={self.hashes_partial_tail})"
