@@ -17,8 +17,10 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+import kvlab.hashing
 from kvlab.hashing.base import MMItem, RequestExtras, coarse_view
 from kvlab.hashing.digests import hash_fn
+from kvlab.hashing.vllm_extra_keys import mm_keys
 from kvlab.hashing.vllm_hash import VllmHasher
 from kvlab.hashing.vllm_pickle import FRAME_SIZE_TARGET, pickle_parts
 
@@ -26,25 +28,22 @@ ROOT = Path(__file__).resolve().parents[1]
 VECTORS = json.loads((ROOT / "tests" / "vectors" / "vllm_block_hashes.json").read_text())["cases"]
 HASH_CASES = [c for c in VECTORS if "block_size" in c["params"]]
 COARSE_CASES = [c for c in VECTORS if "group_block_size" in c["params"]]
+ALGOS = ["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"]
 
 
 def from_json(value: object) -> object:
     """Vector encoding back to Python: lists are tuples, ``{"bytes_hex": h}`` is bytes."""
     if isinstance(value, dict):
         return bytes.fromhex(value["bytes_hex"])
-    if isinstance(value, list):
-        return tuple(from_json(v) for v in value)
-    return value
+    return tuple(from_json(v) for v in value) if isinstance(value, list) else value
 
 
 def request_extras(request: dict) -> RequestExtras | None:
-    fields: dict[str, object] = {}
-    if "lora" in request:
-        fields["lora_name"], fields["lora_path"] = request["lora"]
+    """The vector's request extras (JSON-decoded: every string a separate object, as in vLLM)."""
+    fields: dict[str, object] = dict(zip(("lora_name", "lora_path"), request.get("lora", ())))
+    fields |= {"cache_salt": request["cache_salt"]} if "cache_salt" in request else {}
     if "mm" in request:
         fields["mm_items"] = tuple(MMItem(*item) for item in request["mm"])
-    if "cache_salt" in request:
-        fields["cache_salt"] = request["cache_salt"]
     if "prompt_embeds" in request:
         fields["prompt_embeds"] = {tuple(int(x) for x in rng.split(":")): bytes.fromhex(digest)
                                    for rng, digest in request["prompt_embeds"].items()}
@@ -55,8 +54,7 @@ def reference_chain(hasher: VllmHasher, tokens: list[int], extras: RequestExtras
     """The recipe of docs/specs/hashing.md §1.8, one ``hash_fn`` call per block."""
     size, h, hashes = hasher.block_size, hasher.none_hash, []
     for i, keys in enumerate(hasher.extra_keys(len(tokens), extras)):
-        h = hash_fn(hasher.algo)((h, tuple(tokens[i * size:(i + 1) * size]), keys))
-        hashes.append(h)
+        hashes.append(h := hash_fn(hasher.algo)((h, tuple(tokens[i * size:(i + 1) * size]), keys)))
     return hashes
 
 
@@ -67,9 +65,8 @@ def test_vector(case: dict) -> None:
     params, request, expected = case["params"], case["request"], case["expected"]
     hasher = VllmHasher(algo=params["hash_algo"], block_size=params["block_size"], seed=params["PYTHONHASHSEED"])
     tokens, extras = request["token_ids"], request_extras(request)
-    assert hasher.name == case["scheme"]
-    assert hasher.none_hash_seed == params["none_hash_seed_string"]
-    assert hasher.none_hash.hex() == params["none_hash_hex"]
+    assert (hasher.name, hasher.none_hash_seed, hasher.none_hash.hex()) == \
+        (case["scheme"], params["none_hash_seed_string"], params["none_hash_hex"])
     hashes = hasher.block_hashes(tokens, extras)
     assert [h.hex() for h in hashes] == expected["block_hashes_hex"]
     assert [hasher.to_u64(h) for h in hashes] == expected["block_hashes_event_u64"]
@@ -149,8 +146,8 @@ EXTRAS = st.one_of(st.none(), st.builds(RequestExtras, cache_salt=st.sampled_fro
                    st.builds(RequestExtras, mm_items=st.just((MMItem("img", 3, 6),))))
 
 
-@given(algo=st.sampled_from(["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"]), block_size=st.integers(1, 8),
-       tokens=st.lists(TOKENS, max_size=60), extras=EXTRAS)
+@given(algo=st.sampled_from(ALGOS), block_size=st.integers(1, 8),
+       tokens=st.lists(TOKENS, min_size=9, max_size=60), extras=EXTRAS)
 def test_hasher_equals_reference_recipe(algo: str, block_size: int, tokens: list[int],
                                         extras: RequestExtras | None) -> None:
     hasher = VllmHasher(algo=algo, block_size=block_size, seed="0")
@@ -169,17 +166,14 @@ def test_incremental_block_with_two_images_equals_at_once(lead: int) -> None:
     prompt, generated = list(range(100, 100 + lead)) + [11, 900, 900, 12, 901, 13], [14, 15]
     request = hasher.incremental(extras)
     assert len(request.append(prompt)) == lead // 8
-    assert request.append(generated[:1]) == []
-    completed = request.append(generated[1:])
-    assert len(completed) == 1
-    assert request.block_hashes == hasher.block_hashes(prompt + generated, extras)
+    assert request.append(generated[:1]) == [] and len(request.append(generated[1:])) == 1
+    assert request.block_hashes == hasher.block_hashes(prompt + generated, extras) and request.num_tokens == lead + 8
     assert hasher.extra_keys(lead + 8, extras)[-1] == (("mm", "image-A", 1), ("mm", "image-B", 4))
-    assert request.num_tokens == lead + 8
 
 
 @st.composite
 def mm_layouts(draw: st.DrawFn) -> tuple[list[int], tuple[MMItem, ...], list[int]]:
-    """Random tokens, non-overlapping MM items (possibly past the prompt), chunk cuts."""
+    """Random tokens, non-overlapping MM items inside the prompt, chunk cuts."""
     tokens = draw(st.lists(st.integers(0, 200_000), max_size=48))
     items, position = [], 0
     for _ in range(draw(st.integers(0, 5))):
@@ -187,6 +181,7 @@ def mm_layouts(draw: st.DrawFn) -> tuple[list[int], tuple[MMItem, ...], list[int
         length = draw(st.integers(1, 9))
         items.append(MMItem(draw(st.sampled_from(["img-a", "img-b", "a" * 64])), offset, length))
         position = offset + length
+    items = [item for item in items if item.end <= len(tokens)]
     cuts = sorted(draw(st.lists(st.integers(0, len(tokens)), max_size=6)))
     return tokens, tuple(items), cuts
 
@@ -199,20 +194,19 @@ def test_incremental_equals_at_once(layout: tuple[list[int], tuple[MMItem, ...],
     extras = RequestExtras(mm_items=items, cache_salt=salt, lora_name="ad" if lora else None)
     hasher = VllmHasher(algo=algo, block_size=block_size)
     request = hasher.incremental(extras)
-    appended: list[bytes] = []
-    for start, end in zip([0, *cuts], [*cuts, len(tokens)]):
-        appended += request.append(tokens[start:end])
+    appended = [h for start, end in zip([0, *cuts], [*cuts, len(tokens)]) for h in request.append(tokens[start:end])]
     at_once = hasher.block_hashes(tokens, extras)
-    assert appended == request.block_hashes == at_once
-    assert len(at_once) == len(tokens) // block_size
+    assert appended == request.block_hashes == at_once and len(at_once) == len(tokens) // block_size
 
 
 def test_mm_scan_rule_stops_at_an_item_running_past_the_block() -> None:
-    """vLLM's scan (§1.5) moves past an item only once a block reaches its end, so an item
-    nested in a longer one is never keyed."""
-    extras = RequestExtras(mm_items=(MMItem("outer", 0, 10), MMItem("inner", 2, 2)))
-    assert VllmHasher(block_size=4).extra_keys(12, extras) == [
-        (("mm", "outer", 0),), (("mm", "outer", -4),), (("mm", "outer", -8),)]
+    """vLLM's scan (§1.5) passes an item only once a block reaches its end, so an item nested
+    in a longer one (which RequestExtras rejects) is never keyed."""
+    items, cursor, keys = (MMItem("outer", 0, 10), MMItem("inner", 2, 2)), 0, []
+    for start in (0, 4, 8):
+        block, cursor = mm_keys(items, start, start + 4, cursor)
+        keys.append(block)
+    assert keys == [[("mm", "outer", 0)], [("mm", "outer", -4)], [("mm", "outer", -8)]] and cursor == 2
 
 
 # --- extra keys ---------------------------------------------------------------------------
@@ -223,17 +217,53 @@ def test_prompt_embeds_array_is_hashed_by_rows_c_contiguous() -> None:
     keys = hasher.extra_keys(8, RequestExtras(prompt_embeds=embeds))
     assert keys == [(("prompt_embeds", hashlib.sha256(embeds[:4].tobytes()).digest()),),
                     (("prompt_embeds", hashlib.sha256(embeds[4:].tobytes()).digest()),)]
-    fortran = np.asfortranarray(embeds)
-    assert hasher.extra_keys(8, RequestExtras(prompt_embeds=fortran)) == keys
+    assert hasher.extra_keys(8, RequestExtras(prompt_embeds=np.asfortranarray(embeds))) == keys
     as_mapping = {(0, 4): keys[0][0][1], (4, 8): keys[1][0][1]}
     assert hasher.block_hashes(range(8), RequestExtras(prompt_embeds=as_mapping)) == \
         hasher.block_hashes(range(8), RequestExtras(prompt_embeds=embeds))
     assert hasher.event_extra_keys(8, RequestExtras(prompt_embeds=embeds)) == [(keys[0][0][1],), (keys[1][0][1],)]
+    half = embeds.astype(np.float16)  # same values, other raw bytes: other keys (vLLM hashes the bytes)
+    assert hasher.extra_keys(8, RequestExtras(prompt_embeds=half))[0] == \
+        (("prompt_embeds", hashlib.sha256(half[:4].tobytes()).digest()),) != keys[0]
 
 
-def test_lora_keys() -> None:
+def fresh(text: str) -> str:  # a new str object equal to text (CPython caches "" and 1-char strings)
+    return text.encode("utf-8").decode("utf-8")
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("text", ["tenant-x", "lora", "mm", "a"])
+def test_keys_depend_on_string_values_not_identity(algo: str, text: str) -> None:
+    """Pickle memoises repeated objects: one str object as LoRA name, path, salt and two MM
+    ids (``text`` itself; for "lora"/"mm" the very interned tag) hashes like vLLM's
+    separately decoded strings (``fresh``), with the tags as shared literals."""
+    hasher = VllmHasher(algo=algo, block_size=4, seed="0")
+    shared, distinct = (hasher.block_hashes(range(4), RequestExtras(
+        lora_name=make(), lora_path=make(), cache_salt=make(), mm_items=(MMItem(make(), 1, 2), MMItem(make(), 3, 1))))
+        for make in (lambda: text, lambda: fresh(text)))
+    vllm_keys = (("lora", fresh(text), fresh(text)), ("mm", fresh(text), 1), ("mm", fresh(text), 3),
+                 ("cache_salt", fresh(text)))
+    assert shared == distinct == [hash_fn(algo)((hasher.none_hash, (0, 1, 2, 3), vllm_keys))]
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_numpy_int_mm_offsets_hash_like_python_ints(algo: str) -> None:
+    hasher = VllmHasher(algo=algo, block_size=4, seed="0")
+    as_numpy, as_python = (RequestExtras(mm_items=(MMItem("img", o, n),))
+                           for o, n in [(np.int64(5), np.int64(6)), (5, 6)])
+    assert hasher.block_keys(range(12), as_numpy).tolist() == hasher.block_keys(range(12), as_python).tolist()
+    events = hasher.event_extra_keys(12, as_numpy)
+    assert events == hasher.event_extra_keys(12, as_python) == [None, (("img", 1),), (("img", -3),)]
+    assert [type(block[0][1]) for block in events[1:]] == [int, int]  # == alone would accept np.int64
+
+
+def test_lora_and_salt_keys() -> None:
+    """A missing LoRA path is hashed as vLLM's default ""; an empty salt is no salt."""
     hasher = VllmHasher(block_size=4)
-    assert hasher.extra_keys(4, RequestExtras(lora_name="ad")) == [(("lora", "ad", ""),)]
+    assert hasher.block_hashes(range(4), RequestExtras(lora_name="ad")) == \
+        [hash_fn("sha256")((hasher.none_hash, (0, 1, 2, 3), (("lora", "ad", ""),)))]
+    assert hasher.extra_keys(8, RequestExtras(cache_salt="")) == [None, None]
+    assert hasher.block_hashes(range(8), RequestExtras(cache_salt="")) == hasher.block_hashes(range(8))
     with_identity = RequestExtras(lora_name="ad", lora_path="/p", lora_identity="sha-v1", cache_salt="t")
     lora = (("lora", "ad"), ("lora_identity", "sha-v1"))
     assert hasher.extra_keys(8, with_identity) == [(*lora, ("cache_salt", "t")), lora]
@@ -246,47 +276,33 @@ TOKENS_1_8 = list(range(1, 9))
 
 
 def test_bug_same_adapter_name_different_content_shares_no_block() -> None:
-    hasher = VllmHasher(block_size=4)
-    by_identity = [hasher.block_hashes(TOKENS_1_8, RequestExtras(lora_name="ad", lora_path="/p", lora_identity=i))
-                   for i in ("weights-1", "weights-2")]
-    by_path = [hasher.block_hashes(TOKENS_1_8, RequestExtras(lora_name="ad", lora_path=p)) for p in ("/a", "/b")]
-    assert not set(by_identity[0]) & set(by_identity[1])
-    assert not set(by_path[0]) & set(by_path[1])
+    pairs = ([RequestExtras(lora_name="ad", lora_path="/p", lora_identity=i) for i in ("weights-1", "weights-2")],
+             [RequestExtras(lora_name="ad", lora_path=p) for p in ("/a", "/b")])
+    for a, b in ([VllmHasher(block_size=4).block_hashes(TOKENS_1_8, extras) for extras in pair] for pair in pairs):
+        assert not set(a) & set(b)
 
 
-def test_bug_same_adapter_under_different_int_ids_shares_all_blocks() -> None:
-    """vLLM 0.33 hashes the adapter's name and path, not its integer id (each instance
-    numbers adapters in load order), so two instances agree."""
-    extras = RequestExtras(lora_name="ad", lora_path="/adapters/ad")
-    assert VllmHasher(block_size=4).block_hashes(TOKENS_1_8, extras) == \
-        VllmHasher(block_size=4).block_hashes(TOKENS_1_8, extras)
-
-
-def test_bug_adapter_reloaded_in_place() -> None:
-    hasher = VllmHasher(block_size=4)
+def test_bug_adapter_int_ids_and_reload_in_place() -> None:
+    """vLLM 0.33 keys on an adapter's name and path, not its per-instance integer id; one reloaded
+    in place under the same name and path keeps its stale blocks (#42125) unless lora_identity is set."""
     name_path = {"lora_name": "ad", "lora_path": "/adapters/ad"}
-    before = hasher.block_hashes(TOKENS_1_8, RequestExtras(**name_path, lora_identity="v1"))
-    after = hasher.block_hashes(TOKENS_1_8, RequestExtras(**name_path, lora_identity="v2"))
+    before, after = (VllmHasher(block_size=4).block_hashes(TOKENS_1_8, RequestExtras(**name_path, lora_identity=v))
+                     for v in ("v1", "v2"))
     assert not set(before) & set(after)
-    # vLLM 0.33 keys on name and path only: the stale blocks are reused (issue #42125)
-    assert hasher.block_hashes(TOKENS_1_8, RequestExtras(**name_path)) == \
-        hasher.block_hashes(TOKENS_1_8, RequestExtras(**name_path))
+    assert VllmHasher(block_size=4).block_hashes(TOKENS_1_8, RequestExtras(**name_path)) == \
+        VllmHasher(block_size=4).block_hashes(TOKENS_1_8, RequestExtras(**name_path))
 
 
 def test_bug_image_digests_sharing_their_last_hex_digits() -> None:
     ids = [hashlib.sha256(b).hexdigest()[:60] + "beef" for b in (b"cat", b"dog")]
     hasher = VllmHasher(block_size=4)
-    tokens = [5, 6, 7, 8] + [9] * 8
-    a, b = (hasher.block_hashes(tokens, RequestExtras(mm_items=(MMItem(i, 4, 8),))) for i in ids)
-    assert a[0] == b[0]
-    assert a[1] != b[1] and a[2] != b[2]
+    a, b = (hasher.block_hashes([5, 6, 7, 8] + [9] * 8, RequestExtras(mm_items=(MMItem(i, 4, 8),))) for i in ids)
+    assert a[0] == b[0] and a[1] != b[1] and a[2] != b[2]
     assert hasher.event_extra_keys(12, RequestExtras(mm_items=(MMItem(ids[0], 4, 8),)))[1] == ((ids[0], 0),)
 
 
 def test_bug_linear_token_edit_changes_the_hash() -> None:
-    hasher = VllmHasher(block_size=2)
-    a = hasher.block_hashes([1, 2, 100, 200])
-    b = hasher.block_hashes([1, 2, 131, 199])
+    a, b = (VllmHasher(block_size=2).block_hashes(t) for t in ([1, 2, 100, 200], [1, 2, 131, 199]))
     assert a[0] == b[0] and a[1] != b[1]
 
 
@@ -295,15 +311,11 @@ def test_bug_linear_token_edit_changes_the_hash() -> None:
 def test_no_small_linear_edit_keeps_a_hash(tokens: list[int], data: st.DataObject, block_size: int, d: int,
                                            k: int) -> None:
     i = data.draw(st.integers(0, len(tokens) - 2))
-    edited = list(tokens)
-    edited[i] += d
-    edited[i + 1] -= d * k
-    hasher = VllmHasher(block_size=block_size)
-    before, after = hasher.block_hashes(tokens), hasher.block_hashes(edited)
+    edited = tokens[:i] + [tokens[i] + d, tokens[i + 1] - d * k] + tokens[i + 2:]
+    before, after = (VllmHasher(block_size=block_size).block_hashes(t) for t in (tokens, edited))
     first = i // block_size
     assume(first < len(before))
-    assert before[:first] == after[:first]
-    assert all(x != y for x, y in zip(before[first:], after[first:]))
+    assert before[:first] == after[:first] and all(x != y for x, y in zip(before[first:], after[first:]))
 
 
 CHILD = """
@@ -315,46 +327,37 @@ print(json.dumps([[h.hex() for h in VllmHasher(algo=a, block_size=4, seed=s).blo
 """
 
 
-def test_bug_hashes_reproduce_across_processes() -> None:
-    configs = [("sha256", None), ("sha256_cbor", None)] + [(a, "42") for a in ("sha256", "sha256_cbor", "xxhash",
-                                                                                "xxhash_cbor")]
+def test_bug_hashes_reproduce_across_processes_and_seeds_separate_them() -> None:
+    configs = [("sha256", None), ("sha256_cbor", None)] + [(a, "42") for a in ALGOS] + [("sha256", "43")]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "random"}
     child = subprocess.run([sys.executable, "-c", CHILD, json.dumps(configs)], env=env, cwd=ROOT,
                            capture_output=True, text=True, check=True, timeout=300)
     here = [[h.hex() for h in VllmHasher(algo=a, block_size=4, seed=s).block_hashes(range(1, 11))]
             for a, s in configs]
     assert json.loads(child.stdout) == here
-
-
-def test_bug_two_instances_same_seed_same_chain() -> None:
-    tokens = list(range(1, 33))
-    assert VllmHasher(seed="42").block_hashes(tokens) == VllmHasher(seed="42").block_hashes(tokens)
-    a, b = VllmHasher(seed="42").block_hashes(tokens), VllmHasher(seed="43").block_hashes(tokens)
-    assert len(a) == 2 and a[0] != b[0] and a[1] != b[1]
+    assert len(here[2]) == 2 and here[2][0] != here[-1][0] and here[2][1] != here[-1][1]  # seed "42" vs "43"
 
 
 # --- seeds and validation -----------------------------------------------------------------
 
 @pytest.mark.parametrize("algo", ["xxhash", "xxhash_cbor"])
-def test_xxhash_without_seed_warns_and_draws_from_rng(algo: str) -> None:
-    with pytest.warns(UserWarning, match="never share cache keys"):
-        one = VllmHasher(algo=algo, rng=np.random.default_rng(1))
-    with pytest.warns(UserWarning):
-        two = VllmHasher(algo=algo, rng=np.random.default_rng(2))
-    with pytest.warns(UserWarning):
-        again = VllmHasher(algo=algo, rng=np.random.default_rng(1))
-    with pytest.warns(UserWarning):
-        VllmHasher(algo=algo)
+def test_rng_or_sha256_without_seed_is_silent(algo: str, recwarn: pytest.WarningsRecorder) -> None:
+    one, two, again = (VllmHasher(algo=algo, rng=np.random.default_rng(s)) for s in (1, 2, 1))
+    assert VllmHasher(algo="sha256_cbor").none_hash_seed == "vllm-none-hash"  # sha256: fixed seed
+    assert not recwarn.list
     tokens = list(range(32))
-    assert len(one.none_hash_seed) == 64 and one.none_hash_seed != two.none_hash_seed
+    assert len(one.none_hash_seed) == 64 and one.none_hash_seed != two.none_hash_seed and len(one.none_hash) == 16
     assert not set(one.block_hashes(tokens)) & set(two.block_hashes(tokens))
     assert one.block_hashes(tokens) == again.block_hashes(tokens)
-    assert len(one.none_hash) == 16
 
 
-def test_sha256_without_seed_uses_the_fixed_seed_silently(recwarn: pytest.WarningsRecorder) -> None:
-    assert VllmHasher(algo="sha256_cbor").none_hash_seed == "vllm-none-hash"
-    assert not recwarn.list
+@pytest.mark.parametrize("make", [lambda: VllmHasher(algo="xxhash"), lambda: kvlab.hashing.vllm("xxhash_cbor"),
+                                  lambda: kvlab.hashing.get_hasher("vllm", algo="xxhash")],
+                         ids=["class", "factory", "get_hasher"])
+def test_xxhash_without_seed_or_rng_warns_at_the_caller(make: object) -> None:
+    with pytest.warns(UserWarning, match="never shares cache keys") as record:
+        make()
+    assert [w.filename for w in record] == [__file__]
 
 
 @pytest.mark.parametrize(("make", "message"), [
@@ -362,19 +365,26 @@ def test_sha256_without_seed_uses_the_fixed_seed_silently(recwarn: pytest.Warnin
     (lambda: VllmHasher(block_size=0), "block_size must be an integer >= 1, got 0"),
     (lambda: VllmHasher(seed=42), "seed must be a string .* got 42"),
     (lambda: VllmHasher(rng=42), "rng must be a numpy.random.Generator or None, got int"),
+    (lambda: VllmHasher(rng=np.random.default_rng(0)), "rng is only used for the xxhash algos with seed=None"),
+    (lambda: VllmHasher(algo="xxhash", seed="0", rng=np.random.default_rng(0)), "rng is only used .* seed='0'"),
     (lambda: VllmHasher().block_hashes([1, -2, 3]), "token_ids must be >= 0, got -2"),
     (lambda: VllmHasher().block_hashes([1, 2], extras="salt"), "extras must be a RequestExtras or None, got str"),
     (lambda: VllmHasher().extra_keys(-1), "n_tokens must be an integer >= 0, got -1"),
     (lambda: VllmHasher().max_cache_hit_tokens(2.5), "n_tokens must be an integer >= 0, got 2.5"),
     (lambda: VllmHasher().extra_keys(16, RequestExtras(lora_path="/p")), "need a lora_name"),
+    (lambda: RequestExtras(lora_name=""), "lora_name must be a non-empty string or None, got ''"),
+    (lambda: VllmHasher().extra_keys(16, RequestExtras(prompt_embeds=np.full((16, 2), None))),
+     "prompt_embeds must have a numeric dtype .* got dtype object"),
+    (lambda: VllmHasher().extra_keys(16, RequestExtras(prompt_embeds=np.full((16, 2), "x"))), "numeric .* <U1"),
     (lambda: VllmHasher(block_size=4).extra_keys(8, RequestExtras(prompt_embeds={(0, 4): bytes(32)})),
      r"needs a 32-byte sha256 digest for block \(4, 8\), got None"),
     (lambda: VllmHasher().extra_keys(16, RequestExtras(prompt_embeds=np.zeros(16))),
      r"prompt_embeds must be a \(n_tokens, hidden\) array, got shape \(16,\)"),
     (lambda: VllmHasher().to_u64(bytes(16)), "block_hash must be a 32-byte vllm.sha256 digest"),
     (lambda: pickle_parts(np.zeros((2, 3), np.int64), 32), "blocks must be a uint64"),
-], ids=["algo", "block_size", "int seed", "rng", "negative token", "extras type", "n_tokens", "float n_tokens",
-        "lora path without name", "embeds mapping gap", "embeds 1-D", "to_u64 length", "pickle_parts dtype"])
+], ids=["algo", "block_size", "int seed", "rng", "rng with sha256", "rng with seed", "negative token", "extras type",
+        "n_tokens", "float n_tokens", "lora path without name", "empty lora name", "embeds object dtype",
+        "embeds str dtype", "embeds mapping gap", "embeds 1-D", "to_u64 length", "pickle_parts dtype"])
 def test_bad_input_raises_value_error(make: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make()

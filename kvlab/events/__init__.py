@@ -4,6 +4,12 @@ Models vLLM 0.33's ``vllm/distributed/kv_events.py`` (docs/specs/hashing.md §1.
 SGLang publishes the same format (§5). Hashes stay as published (ints or digest bytes);
 ``block_keys_u64()`` gives kvlab's u64 block keys.
 
+Encoding is byte-exact against vLLM 0.33 for the map layout it sends. The legacy array
+layout writes every 0.33 field, as msgspec writes an ``array_like`` struct (it never
+omits defaults, msgspec issue #720); the old releases that sent arrays had fewer fields,
+so those bytes match a 0.33-schema msgspec struct, not a particular old release. Decoding
+accepts both layouts, shorter arrays included.
+
 =========================  ==========================================================
 name                       what
 =========================  ==========================================================
@@ -11,7 +17,7 @@ name                       what
 :class:`BlockRemoved`      blocks evicted from a tier
 :class:`AllBlocksCleared`  the whole prefix cache was reset
 :class:`EventBatch`        one message's events: ``ts``, ``events``, DP rank
-:func:`encode_frames`      batch → ``[topic, seq, msgpack]`` ZMQ frames, byte-exact
+:func:`encode_frames`      batch → ``[topic, seq, msgpack]`` ZMQ frames, as msgspec writes them
 :func:`decode_frames`      ZMQ frames → :class:`DecodedBatch` (map or legacy array events)
 :func:`decode_stream`      many messages; a bad one becomes an error entry, others kept
 :func:`is_end_of_replay`   the replay socket's ``[b"", END_SEQ, b""]`` marker

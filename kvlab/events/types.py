@@ -3,13 +3,14 @@
 Models vLLM 0.33's ``vllm/distributed/kv_events.py`` (docs/specs/hashing.md §1.7):
 ``BlockStored``, ``BlockRemoved``, ``AllBlocksCleared`` and the ``EventBatch`` envelope.
 SGLang publishes the same shapes (§5). Field names, declaration order and defaults are
-vLLM's: the wire codec (:mod:`kvlab.events.wire`) derives the map keys, the legacy
-positional order and msgspec's ``omit_defaults`` rule from them, so a field without a
-default here is one vLLM always sends.
+vLLM's: the wire codec (:mod:`kvlab.events.wire`) derives the map keys, the array
+layout's positions and msgspec's ``omit_defaults`` rule (maps only) from them, so a
+field without a default here is one vLLM always sends.
 
 Block hashes are kept exactly as published (``ExternalBlockHash = bytes | int``): a u64
 when ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`` (the default), the raw 32- or 16-byte
-digest otherwise, a signed int64 from SGLang. :meth:`BlockStored.block_keys_u64` gives
+digest otherwise, a signed int64 from SGLang; one event's hashes (and its parent) are all
+of one kind, and a bytes hash is never empty. :meth:`BlockStored.block_keys_u64` gives
 kvlab's u64 block keys (llm-d ``getHashAsUint64``, Dynamo ``BlockHashValue::into_u64``).
 """
 
@@ -28,6 +29,8 @@ ExternalBlockHash = bytes | int
 
 _I64_MIN = -(1 << 63)
 _U64_MAX = (1 << 64) - 1
+#: How deep arrays may nest inside one ``extra_keys`` entry (vLLM's nest a few levels).
+_MAX_KEY_DEPTH = 32
 
 
 def _is_int(value: object) -> bool:
@@ -45,11 +48,27 @@ def _check_hash(name: str, value: object) -> ExternalBlockHash:
         normalize_engine_hash(value)  # type: ignore[arg-type]
     except ValueError as err:
         raise ValueError(f"{name}: {err}") from None
-    return bytes(value) if isinstance(value, (bytes, bytearray)) else int(value)  # type: ignore[arg-type]
+    if isinstance(value, (bytes, bytearray)):
+        if not value:
+            raise ValueError(f"{name}: an engine block hash must not be empty bytes, got {bytes(value)!r}")
+        return bytes(value)
+    return int(value)  # type: ignore[call-overload]
+
+
+def _kind(value: ExternalBlockHash) -> str:
+    return "bytes" if isinstance(value, bytes) else "an integer"
 
 
 def _check_hashes(name: str, value: object) -> tuple[ExternalBlockHash, ...]:
-    return tuple(_check_hash(f"{name}[{i}]", h) for i, h in enumerate(_as_tuple(name, value)))
+    """Each hash checked, and all of one kind: vLLM sends an event's hashes either all as
+    ints or all as digest bytes (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``)."""
+    hashes = tuple(_check_hash(f"{name}[{i}]", h) for i, h in enumerate(_as_tuple(name, value)))
+    for i, h in enumerate(hashes[1:], start=1):
+        if _kind(h) != _kind(hashes[0]):
+            raise ValueError(f"{name} mixes integer and bytes hashes: {name}[{i}] is {_kind(h)} {h!r} but "
+                             f"{name}[0] is {_kind(hashes[0])} {hashes[0]!r}; an event's hashes are all "
+                             f"ints or all digest bytes")
+    return hashes
 
 
 def _check_tokens(name: str, value: object) -> tuple[int, ...]:
@@ -74,10 +93,13 @@ def _check_opt_str(name: str, value: object) -> None:
         raise ValueError(f"{name} must be None or a string, got {type(value).__name__} {value!r}")
 
 
-def _freeze_key(name: str, value: object) -> object:
+def _freeze_key(name: str, value: object, depth: int = 0) -> object:
     """One extra-key item as an immutable msgpack value (arrays become tuples)."""
     if isinstance(value, (list, tuple)):
-        return tuple(_freeze_key(f"{name}[{i}]", item) for i, item in enumerate(value))
+        if depth >= _MAX_KEY_DEPTH:
+            raise ValueError(f"{name} nests arrays more than {_MAX_KEY_DEPTH} levels deep; vLLM's extra keys nest "
+                             f"only a few levels")
+        return tuple([_freeze_key(f"{name}[{i}]", item, depth + 1) for i, item in enumerate(value)])
     if isinstance(value, bytearray):
         return bytes(value)
     if _is_int(value):
@@ -147,10 +169,12 @@ class BlockStored:
 
     Raises:
         ValueError: naming the field and value: a hash that is not bytes or a 64-bit
-            integer, a negative or non-integer token id, ``block_size < 1``, a token
-            count that is neither 0 nor ``len(block_hashes) * block_size``, an
-            ``extra_keys`` list whose length differs from ``len(block_hashes)``, a
-            non-string ``medium`` / ``lora_name`` / ..., a negative ``group_idx``.
+            integer, an empty bytes hash, ``block_hashes`` mixing ints and bytes, a
+            ``parent_block_hash`` of the other kind than ``block_hashes``, a negative or
+            non-integer token id, ``block_size < 1``, a token count that is neither 0
+            nor ``len(block_hashes) * block_size``, an ``extra_keys`` list whose length
+            differs from ``len(block_hashes)`` or that nests arrays over 32 levels deep,
+            a non-string ``medium`` / ``lora_name`` / ..., a negative ``group_idx``.
 
     Example:
         >>> ev = BlockStored(block_hashes=[2**63 + 5, -2], parent_block_hash=None,
@@ -182,6 +206,10 @@ class BlockStored:
         hashes = _check_hashes("block_hashes", self.block_hashes)
         parent = None if self.parent_block_hash is None else _check_hash("parent_block_hash",
                                                                            self.parent_block_hash)
+        if parent is not None and hashes and _kind(parent) != _kind(hashes[0]):
+            raise ValueError(f"parent_block_hash is {_kind(parent)} {parent!r} but block_hashes[0] is "
+                             f"{_kind(hashes[0])} {hashes[0]!r}; vLLM sends the parent in the same form as "
+                             f"the hashes")
         tokens = _check_tokens("token_ids", self.token_ids)
         block_size = check_block_size(self.block_size)
         if tokens and len(tokens) != len(hashes) * block_size:
@@ -231,7 +259,8 @@ class BlockRemoved:
 
     Raises:
         ValueError: naming the field and value (a hash that is not bytes or a 64-bit
-            integer, a non-string medium, a negative group index ...).
+            integer, an empty bytes hash, ``block_hashes`` mixing ints and bytes, a
+            non-string medium, a negative group index ...).
 
     Example:
         >>> ev = BlockRemoved(block_hashes=[bytes(31) + b"\\x07"], medium="CPU")
@@ -283,14 +312,15 @@ class EventBatch:
     SGLang's ``attn_dp_rank`` fills the same slot, §5).
 
     Attributes:
-        ts: publish time, seconds since the epoch (``time.time()``), finite; ints are
-            stored as float.
+        ts: publish time, seconds since the epoch (``time.time()``), finite and >= 0;
+            ints are stored as float.
         events: the events, in order.
         data_parallel_rank: the publishing DP rank (>= 0); vLLM's publisher always sets
             it (0 by default); ``None`` only for a batch sent without it.
 
     Raises:
-        ValueError: ``ts`` not a finite number, an item of ``events`` that is not a KV
+        ValueError: ``ts`` not a finite number >= 0 (negative, NaN, infinite, not a
+            number), an item of ``events`` that is not a KV
             event, a negative or non-integer ``data_parallel_rank``.
 
     Example:
@@ -306,8 +336,8 @@ class EventBatch:
     def __post_init__(self) -> None:
         ts = self.ts
         numeric = isinstance(ts, (int, float, np.integer, np.floating)) and not isinstance(ts, bool)
-        if not numeric or abs(ts) > _U64_MAX or not math.isfinite(ts):
-            raise ValueError(f"ts must be a finite number (seconds), got {ts!r}")
+        if not numeric or abs(ts) > _U64_MAX or not math.isfinite(ts) or ts < 0:
+            raise ValueError(f"ts must be a finite number >= 0 (seconds since the epoch), got {ts!r}")
         events = _as_tuple("events", self.events)
         for i, event in enumerate(events):
             if not isinstance(event, EVENT_TYPES):

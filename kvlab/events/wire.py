@@ -1,4 +1,4 @@
-"""KV events on the wire: vLLM's ZMQ frames and msgpack payload, byte-exact both ways.
+"""KV events on the wire: vLLM's ZMQ frames and msgpack payload, as msgspec writes them.
 
 Models ``ZmqEventPublisher`` and the msgspec structs of vLLM 0.33
 (``vllm/distributed/kv_events.py``; docs/specs/hashing.md §1.7); SGLang sends the same
@@ -8,23 +8,37 @@ format (§5). One message is three ZMQ frames::
     payload = [ts: float64, events: [event, ...], data_parallel_rank]   # EventBatch, array_like
 
 Each event is a tagged map (vLLM >= PR #42892), ``{"type": "BlockStored", ...}``, or
-in the legacy positional layout, ``["BlockStored", block_hashes, ...]``. Both follow
-msgspec's ``omit_defaults``: a field with a default is left out when it equals the
-default; fields without one are always written, null included. A map's header is sized
-by the struct's *declared* field count plus the tag, as msgspec does (BlockStored's 16
-give a ``map16`` header even with 9 entries; BlockRemoved and AllBlocksCleared get a
-``fixmap``); an array's header counts what is written (trailing defaults trimmed).
+in the legacy positional layout, ``["BlockStored", block_hashes, ...]``.
 
-Decoding is strict about what vLLM's own decoder rejects (missing required fields,
-wrong types, unknown event types) and lenient, but not silent, about additions:
-map keys and array positions the 0.33 schema does not declare are ignored, as msgspec
-ignores them, and listed in :attr:`DecodedBatch.unknown_fields`.
+*Maps* follow msgspec's ``omit_defaults``: a field with a default is left out when it
+equals the default; fields without one are always written, null included. A map's
+header is sized by the struct's *declared* field count plus the tag, as msgspec does
+(BlockStored's 16 give a ``map16`` header even with 9 entries; BlockRemoved and
+AllBlocksCleared get a ``fixmap``).
+
+*Arrays* ignore ``omit_defaults``: msgspec writes every declared field of an
+``array_like`` struct, in order, defaults included (msgspec issue #720). So the payload
+always has 3 elements (``data_parallel_rank=None`` is written as nil: ``93 … c0``), and
+an array event holds the tag and every field of vLLM 0.33's schema: 16 slots for
+BlockStored (header ``dc 00 10``), 6 for BlockRemoved, 1 for AllBlocksCleared. The
+releases that really sent array events (before PR #42892) declared fewer fields (see
+the field history in §1.7), so the array layout is byte-exact against a msgspec
+``array_like`` struct with the 0.33 field list, not against any particular old release.
+
+Decoding accepts what those producers send: array events of any length from the
+required fields up (older releases had fewer fields), and a 2-element payload without
+the rank (some producers send it). It is strict about what vLLM's own decoder rejects
+(missing required fields, wrong types, unknown event types, non-string map keys) and
+lenient, but not silent, about additions: map keys and array positions the 0.33 schema
+does not declare are ignored, as msgspec ignores them, and listed in
+:attr:`DecodedBatch.unknown_fields`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import MISSING, Field, dataclass, fields
+from itertools import islice
 
 import msgpack
 
@@ -73,20 +87,23 @@ def encode_frames(batch: EventBatch, *, topic: str = "", seq: int = 0, layout: s
     """The three ZMQ frames vLLM 0.33's ``ZmqEventPublisher`` sends for ``batch``, byte for byte.
 
     Args:
-        batch: the events; ``data_parallel_rank=None`` leaves the slot out (2-element
-            payload array), as msgspec's ``omit_defaults`` does.
+        batch: the events; the payload array always has 3 elements, as msgspec writes
+            an ``array_like`` struct: ``data_parallel_rank=None`` is written as nil.
         topic: the topic frame (UTF-8).
         seq: the sequence number, written as 8 bytes big-endian, in ``[0, 2**64)``.
         layout: ``"map"`` (vLLM >= PR #42892, the default) or ``"array"`` (the legacy
-            positional events; fields declared after ``kv_cache_spec_sliding_window``
-            continue the positions).
+            positional events, every field of the 0.33 schema written, defaults
+            included, as a msgspec ``array_like`` struct with 0.33's fields writes them;
+            the old releases that sent arrays declared fewer fields, so these bytes
+            match none of them exactly).
 
     Returns:
         ``[topic_bytes, seq_bytes, msgpack_payload]``.
 
     Raises:
         ValueError: ``batch`` not an :class:`~kvlab.events.EventBatch`, ``topic`` not a
-            string, ``seq`` out of range, an unknown ``layout``.
+            string or not encodable as UTF-8 (lone surrogates), ``seq`` out of range, an
+            unknown ``layout``.
 
     Example:
         >>> from kvlab.events.types import AllBlocksCleared
@@ -101,7 +118,11 @@ def encode_frames(batch: EventBatch, *, topic: str = "", seq: int = 0, layout: s
         raise ValueError(f"seq must be an integer in [0, 2**64), got {seq!r}")
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    return [topic.encode("utf-8"), seq.to_bytes(8, "big"), _encode_payload(batch, layout)]
+    try:
+        topic_bytes = topic.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"topic {_short_repr(topic)} cannot be encoded as UTF-8: {err}") from None
+    return [topic_bytes, seq.to_bytes(8, "big"), _encode_payload(batch, layout)]
 
 
 def _declared(cls: type) -> tuple[Field, ...]:
@@ -116,12 +137,10 @@ def _omitted(field: Field, value: object) -> bool:
 def _encode_payload(batch: EventBatch, layout: str) -> bytes:
     packer = msgpack.Packer()  # bin for bytes, str for str, float64 for float: as msgspec
     encode_event = _encode_map_event if layout == "map" else _encode_array_event
-    rank = batch.data_parallel_rank
-    parts = [packer.pack_array_header(2 if rank is None else 3), packer.pack(batch.ts),
-             packer.pack_array_header(len(batch.events))]
+    # EventBatch is array_like: all 3 fields, a None rank as nil (msgspec ignores omit_defaults).
+    parts = [packer.pack_array_header(3), packer.pack(batch.ts), packer.pack_array_header(len(batch.events))]
     parts += [encode_event(packer, event) for event in batch.events]
-    if rank is not None:
-        parts.append(packer.pack(rank))
+    parts.append(packer.pack(batch.data_parallel_rank))
     return b"".join(parts)
 
 
@@ -138,12 +157,8 @@ def _encode_map_event(packer: msgpack.Packer, event: KVEvent) -> bytes:
 
 
 def _encode_array_event(packer: msgpack.Packer, event: KVEvent) -> bytes:
-    declared = _declared(type(event))
-    values = [getattr(event, f.name) for f in declared]
-    n = len(values)
-    while n and _omitted(declared[n - 1], values[n - 1]):
-        n -= 1
-    return packer.pack([type(event).__name__, *values[:n]])
+    # msgspec array_like: the tag, then every declared field in order, defaults included (#720).
+    return packer.pack([type(event).__name__, *(getattr(event, f.name) for f in _declared(type(event)))])
 
 
 def is_end_of_replay(frames: object) -> bool:
@@ -151,17 +166,20 @@ def is_end_of_replay(frames: object) -> bool:
 
     Models ``ZmqEventPublisher._service_replay`` (docs/specs/hashing.md §1.7): after the
     buffered batches it sends ``[b"", END_SEQ, b""]``; older releases omitted the topic
-    frame (``[END_SEQ, b""]``), which is recognised too. Never raises.
+    frame (``[END_SEQ, b""]``), which is recognised too. Frames are bytes-like as for
+    :func:`decode_frames`; anything else gives ``False``. Never raises.
 
     Example:
         >>> is_end_of_replay([b"", END_SEQ, b""]), is_end_of_replay([b"", bytes(8), b""])
         (True, False)
     """
+    if isinstance(frames, (bytes, bytearray, memoryview, str)):
+        return False
     try:
-        raw = [bytes(memoryview(frame)) for frame in frames]  # type: ignore[attr-defined]
+        raw = [_as_bytes(frame) for frame in islice(frames, 4)]  # type: ignore[call-overload]
     except TypeError:
         return False
-    return raw[-2:] == [END_SEQ, b""] and len(raw) in (2, 3)
+    return None not in raw and raw[-2:] == [END_SEQ, b""] and len(raw) in (2, 3)
 
 
 def decode_frames(frames: Sequence[bytes]) -> DecodedBatch:
@@ -172,20 +190,23 @@ def decode_frames(frames: Sequence[bytes]) -> DecodedBatch:
     ignored and reported in :attr:`DecodedBatch.unknown_fields`.
 
     Args:
-        frames: three bytes-like frames (``bytes``, ``bytearray``, ``memoryview``, or
-            ``zmq.Frame``), as ``recv_multipart`` returns them.
+        frames: three frames, each ``bytes``, ``bytearray``, ``memoryview`` or an
+            object with a ``.bytes`` attribute holding bytes (``zmq.Frame``), as
+            ``recv_multipart`` returns them; other buffers (a numpy array) are refused.
 
     Returns:
         The :class:`DecodedBatch`.
 
     Raises:
         EventDecodeError: naming what is wrong and where (frame, event index, field):
-            not 3 frames, a frame that is not bytes, a topic that is not UTF-8, a seq
+            not 3 frames, a frame of another type, a topic that is not UTF-8, a seq
             frame that is not 8 bytes, the replay end marker (test it with
-            :func:`is_end_of_replay`), a payload that is not msgpack or not a
-            ``[ts, events(, data_parallel_rank)]`` array, an event that is neither a map
-            nor an array, a missing or unknown ``type`` tag, a missing required field,
-            a field of the wrong type or value (e.g. ``block_size: "4"``).
+            :func:`is_end_of_replay`), a payload that is truncated, not msgpack (the
+            reason gives msgpack's exception type and message), nested too deeply, or
+            not a ``[ts, events(, data_parallel_rank)]`` array, an event that is neither
+            a map nor an array, a map event with a non-string key, a missing or unknown
+            ``type`` tag, a missing required field, a field of the wrong type or value
+            (e.g. ``block_size: "4"``, a negative ``ts``, mixed int and bytes hashes).
 
     Example:
         >>> from kvlab.events.types import BlockRemoved
@@ -207,12 +228,38 @@ def decode_frames(frames: Sequence[bytes]) -> DecodedBatch:
         raise EventDecodeError(f"frame 0 (topic) is not UTF-8: {err}") from None
     if len(seq_raw) != 8:
         raise EventDecodeError(f"frame 1 (seq) must be 8 bytes (big-endian), got {len(seq_raw)}: {seq_raw!r}")
+    obj = _unpack(payload)
     try:
-        obj = msgpack.unpackb(payload, raw=False, use_list=False, strict_map_key=True)
-    except (ValueError, msgpack.UnpackException) as err:
-        raise EventDecodeError(f"frame 2 (payload) is not valid msgpack: {err}") from None
-    batch, layout, unknown = _decode_batch(obj)
+        batch, layout, unknown = _decode_batch(obj)
+    except RecursionError:  # a value nested ~1000 deep, e.g. in an error message's repr
+        raise EventDecodeError("frame 2 (payload) nests arrays or maps too deeply to check (RecursionError)") from None
     return DecodedBatch(topic, int.from_bytes(seq_raw, "big"), batch, layout, unknown)
+
+
+def _unpack(payload: bytes) -> object:
+    """The payload's msgpack value; map keys of any hashable type (events check theirs)."""
+    try:
+        return msgpack.unpackb(payload, raw=False, use_list=False, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as err:
+        raise EventDecodeError(f"frame 2 (payload) {_unpack_problem(err)} ({_exception_text(err)})") from None
+
+
+def _unpack_problem(err: BaseException) -> str:
+    if isinstance(err, msgpack.ExtraData):
+        return f"has {len(err.extra)} trailing byte(s) after its msgpack value"
+    if isinstance(err, msgpack.StackError):
+        return "nests arrays or maps too deeply for msgpack's unpacker"
+    if isinstance(err, msgpack.FormatError):
+        return "is not valid msgpack: a reserved or unknown type byte"
+    if isinstance(err, UnicodeDecodeError):
+        return "holds a msgpack string that is not UTF-8"
+    if isinstance(err, TypeError):  # a map used as a map key is unhashable
+        return "has a map key that is itself a map"
+    return "is truncated or not msgpack"  # incomplete input, or a length past the end
+
+
+def _exception_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
 
 
 def decode_stream(messages: Iterable[Sequence[bytes]]) -> list[DecodedBatch | EventDecodeError]:
@@ -224,10 +271,14 @@ def decode_stream(messages: Iterable[Sequence[bytes]]) -> list[DecodedBatch | Ev
     message's 0-based index.
 
     Args:
-        messages: ZMQ messages, each a list of frames.
+        messages: an iterable of ZMQ messages, each a list of frames.
 
     Returns:
         ``list[DecodedBatch | EventDecodeError]``, aligned with ``messages``.
+
+    Raises:
+        ValueError: ``messages`` is not an iterable of messages (e.g. an int, or one
+            ``bytes`` payload); a bad *message* never raises.
 
     Example:
         >>> from kvlab.events.types import AllBlocksCleared
@@ -235,8 +286,15 @@ def decode_stream(messages: Iterable[Sequence[bytes]]) -> list[DecodedBatch | Ev
         >>> [type(r).__name__ for r in decode_stream([good, [b"", b"x", b""], good])]
         ['DecodedBatch', 'EventDecodeError', 'DecodedBatch']
     """
+    try:
+        if isinstance(messages, (bytes, bytearray, memoryview, str)):
+            raise TypeError(messages)
+        iterator = iter(messages)
+    except TypeError:
+        raise ValueError(f"messages must be an iterable of messages (lists of frames), "
+                         f"got {_describe(messages)}") from None
     results: list[DecodedBatch | EventDecodeError] = []
-    for index, frames in enumerate(messages):
+    for index, frames in enumerate(iterator):
         try:
             results.append(decode_frames(frames))
         except EventDecodeError as err:
@@ -244,14 +302,27 @@ def decode_stream(messages: Iterable[Sequence[bytes]]) -> list[DecodedBatch | Ev
     return results
 
 
+def _as_bytes(frame: object) -> bytes | None:
+    """A frame's bytes: bytes, bytearray, memoryview, or ``.bytes`` (zmq.Frame); else None."""
+    if isinstance(frame, bytes):
+        return frame
+    if isinstance(frame, (bytearray, memoryview)):
+        return bytes(frame)
+    raw = getattr(frame, "bytes", None)
+    return raw if isinstance(raw, bytes) else None
+
+
 def _frame_bytes(index: int, frame: object) -> bytes:
-    try:
-        if isinstance(frame, str):
-            raise TypeError
-        return bytes(memoryview(frame))  # type: ignore[arg-type]
-    except TypeError:
-        raise EventDecodeError(f"frame {index} ({_FRAME_NAMES[index]}) must be bytes, "
-                               f"got {type(frame).__name__}") from None
+    raw = _as_bytes(frame)
+    if raw is None:
+        raise EventDecodeError(f"frame {index} ({_FRAME_NAMES[index]}) must be bytes, bytearray, memoryview or "
+                               f"a zmq.Frame (with .bytes), got {type(frame).__name__}")
+    return raw
+
+
+def _short_repr(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _describe(value: object) -> str:
@@ -259,8 +330,7 @@ def _describe(value: object) -> str:
         return f"a map of {len(value)} entries"
     if isinstance(value, tuple):
         return f"an array of {len(value)}"
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+    return f"{type(value).__name__} {_short_repr(value)}"
 
 
 def _decode_batch(obj: object) -> tuple[EventBatch, str, tuple[tuple[int, str], ...]]:
@@ -295,12 +365,15 @@ def _event_class(index: int, tag: object) -> type:
 
 def _decode_event(index: int, raw: object) -> tuple[KVEvent, str, list[str]]:
     if isinstance(raw, dict):
+        for key in raw:
+            if not isinstance(key, str):
+                raise EventDecodeError(f"event map has a non-string key {_short_repr(key)}", event=index)
         if _TAG not in raw:
-            raise EventDecodeError(f"map event has no {_TAG!r} tag (keys: {sorted(map(str, raw))})", event=index)
+            raise EventDecodeError(f"map event has no {_TAG!r} tag (keys: {sorted(raw)})", event=index)
         cls = _event_class(index, raw[_TAG])
         names = [f.name for f in _declared(cls)]
         values = {key: value for key, value in raw.items() if key in names}
-        extra = [key if isinstance(key, str) else repr(key) for key in raw if key != _TAG and key not in names]
+        extra = [key for key in raw if key != _TAG and key not in names]
         layout = "map"
     elif isinstance(raw, tuple):
         if not raw:

@@ -11,6 +11,15 @@ of tokens ``[start, end)``, the tagged keys ``lora + mm + cache_salt + prompt_em
 and hashes ``tuple(keys)``, or ``None`` when there are none. KV events publish them
 untagged (``to_event_extra_keys``, §1.7): ``(identifier, offset)``, the bare LoRA name,
 the bare salt, the bare digest.
+
+Pickle memoises by object *identity*: a ``str`` object that occurs twice in one hashed
+tuple is written once, then referenced. vLLM's user strings (LoRA name and path, MM
+identifiers, salt) come from separate request fields and objects, so they are distinct
+objects, while its tag literals (``"lora"``, ``"mm"``, ``"cache_salt"``,
+``"prompt_embeds"``) are interned and shared. kvlab builds the keys the same way: every
+user-provided string occurrence is a fresh copy (:func:`fresh_str`), every tag a literal,
+so keys depend only on string *values*, never on whether the caller passed one object
+or several equal ones.
 """
 
 from __future__ import annotations
@@ -25,23 +34,43 @@ from kvlab.hashing.base import MMItem, RequestExtras
 ExtraKey = tuple[object, ...]
 
 
+def fresh_str(value: str) -> str:
+    """A new ``str`` object equal to ``value``, as vLLM sees a string decoded from its own
+    request field (so pickle never memoises two user strings into one).
+
+    Edge: CPython caches the empty string and one-character strings below U+0100 as
+    singletons, so for those the result *is* the shared object (as it is in vLLM when the
+    strings come from JSON): two equal such values in one block are pickled as a memo
+    reference — the same bytes whatever objects the caller passed.
+
+    Example:
+        >>> s = "tenant-a"
+        >>> fresh_str(s) == s, fresh_str(s) is s
+        (True, False)
+    """
+    return value.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+
+
 def check_extras(extras: object) -> RequestExtras | None:
     """``extras`` if it is ``None`` or a valid :class:`RequestExtras` for vLLM.
 
+    (:class:`RequestExtras` itself already rejects a LoRA path or identity without a name.)
+
     Raises:
-        ValueError: not a ``RequestExtras``; a LoRA path or identity without a LoRA name;
-            prompt embeddings that are not a 2-D array.
+        ValueError: not a ``RequestExtras``; prompt embeddings that are not a 2-D array
+            of a numeric dtype (an object or string array's bytes are pointers or
+            padding, not values).
     """
     if extras is None:
         return None
     if not isinstance(extras, RequestExtras):
         raise ValueError(f"extras must be a RequestExtras or None, got {type(extras).__name__}")
-    if extras.lora_name is None and (extras.lora_path is not None or extras.lora_identity is not None):
-        raise ValueError(f"extras.lora_path/lora_identity need a lora_name (vLLM's LoRARequest has one), got "
-                         f"lora_path={extras.lora_path!r}, lora_identity={extras.lora_identity!r}")
     embeds = extras.prompt_embeds
     if isinstance(embeds, np.ndarray) and embeds.ndim != 2:
         raise ValueError(f"extras.prompt_embeds must be a (n_tokens, hidden) array, got shape {embeds.shape}")
+    if isinstance(embeds, np.ndarray) and not np.issubdtype(embeds.dtype, np.number):
+        raise ValueError(f"extras.prompt_embeds must have a numeric dtype (its raw bytes are hashed), got dtype "
+                         f"{embeds.dtype}")
     return extras
 
 
@@ -49,9 +78,10 @@ def lora_keys(extras: RequestExtras) -> list[ExtraKey]:
     """The LoRA keys added to every block (``_gen_lora_extra_hash_keys``).
 
     vLLM 0.33 keys on ``("lora", lora_name, lora_path)`` (a missing path is vLLM's
-    default ``""``). With ``lora_identity`` set, the keys become ``("lora", name)`` then
-    ``("lora_identity", identity)``: the fix of vLLM PR #48352 for stale reuse after an
-    adapter is reloaded in place under the same name and path (issue #42125).
+    default ``""``); the strings are fresh copies (:func:`fresh_str`). With
+    ``lora_identity`` set, the keys become ``("lora", name)`` then ``("lora_identity",
+    identity)``: the fix of vLLM PR #48352 for stale reuse after an adapter is reloaded
+    in place under the same name and path (issue #42125).
 
     Example:
         >>> lora_keys(RequestExtras(lora_name="ad", lora_path="/p/ad"))
@@ -59,9 +89,10 @@ def lora_keys(extras: RequestExtras) -> list[ExtraKey]:
     """
     if extras.lora_name is None:
         return []
+    name = fresh_str(extras.lora_name)
     if extras.lora_identity is not None:
-        return [("lora", extras.lora_name), ("lora_identity", extras.lora_identity)]
-    return [("lora", extras.lora_name, extras.lora_path if extras.lora_path is not None else "")]
+        return [("lora", name), ("lora_identity", fresh_str(extras.lora_identity))]
+    return [("lora", name, fresh_str(extras.lora_path) if extras.lora_path is not None else "")]
 
 
 def mm_keys(items: tuple[MMItem, ...], start: int, end: int, cursor: int) -> tuple[list[ExtraKey], int]:
@@ -72,6 +103,7 @@ def mm_keys(items: tuple[MMItem, ...], start: int, end: int, cursor: int) -> tup
     start)`` (negative when it began in an earlier block); the scan moves past it only if
     ``end`` reaches the item's end, and otherwise stops there; it stops at the first item
     starting at or after ``end``. The returned cursor is where the next block resumes.
+    Each key holds a fresh copy of the identifier (:func:`fresh_str`).
 
     Example:
         >>> items = (MMItem("img-0", 5, 6), MMItem("img-1", 12, 2))
@@ -86,7 +118,7 @@ def mm_keys(items: tuple[MMItem, ...], start: int, end: int, cursor: int) -> tup
         if start >= item.end:
             cursor += 1
             continue
-        keys.append(("mm", item.identifier, item.offset - start))
+        keys.append(("mm", fresh_str(item.identifier), item.offset - start))
         if end < item.end:
             break
         cursor += 1
@@ -155,15 +187,18 @@ class BlockExtraKeys:
         extras = self.extras
         mm, cursor = mm_keys(extras.mm_items, start, end, cursor)
         keys = self._lora + mm
-        if start == 0 and extras.cache_salt:
-            keys.append(("cache_salt", extras.cache_salt))
+        if start == 0 and extras.cache_salt is not None:  # RequestExtras maps "" to None
+            keys.append(("cache_salt", fresh_str(extras.cache_salt)))
         if self._embeds is not None:
             keys.append(("prompt_embeds", self._embeds_digest(start, end)))
         return (tuple(keys) if keys else None), cursor
 
     def _embeds_digest(self, start: int, end: int) -> bytes:
         """``_gen_prompt_embeds_extra_hash_keys``: sha256 of the raw bytes of rows
-        ``[start, end)`` (rows past the array's end are absent, as in a tensor slice)."""
+        ``[start, end)`` in C order (rows past the array's end are absent, as in a tensor
+        slice). The digest depends on the array's dtype and byte order, not only on its
+        values: it matches vLLM's only for the same raw bytes (for a bf16 tensor, pass its
+        bits as an ``int16`` array, or the digests as a mapping)."""
         if isinstance(self._embeds, np.ndarray):
             return hashlib.sha256(self._embeds[start:end].tobytes()).digest()
         digest = self._embeds.get((start, end))

@@ -15,17 +15,38 @@ once; every other block is serialised with ``pickle.dumps`` or ``cbor2.dumps`` i
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from collections.abc import Sequence
 
 import numpy as np
 
-from kvlab.hashing.base import BlockHasher, RequestExtras, as_token_array, check_block_size, u64_from_bytes_last8
+from kvlab.hashing.base import (
+    BlockHasher,
+    RequestExtras,
+    as_token_array,
+    check_block_size,
+    resolve_extras,
+    u64_from_bytes_last8,
+)
 from kvlab.hashing.digests import DEFAULT_NONE_HASH_SEED, check_algo, hash_fn, none_hash
 from kvlab.hashing.vllm_extra_keys import BlockExtraKeys, ExtraKey, event_extra_keys_of
 from kvlab.hashing.vllm_pickle import PICKLE_ALGOS, chain_without_extras
 
 _RANDOM_SEED_ALGOS = ("xxhash", "xxhash_cbor")
+#: The kvlab package directory: frames inside it are skipped when a warning names its caller.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _caller_stacklevel() -> int:
+    """``stacklevel`` that makes a warning raised by the function calling this one point
+    at the first frame outside kvlab (the user's call, whether it went to
+    :class:`VllmHasher` directly or through :func:`kvlab.hashing.vllm` / ``get_hasher``)."""
+    level, frame = 2, sys._getframe(2)  # 0: here, 1: the warning function, 2: its caller
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 def _uint64_tokens(token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -48,20 +69,46 @@ class VllmHasher(BlockHasher):
     key (:meth:`to_u64`) is the id vLLM publishes in KV events. Only full blocks are
     hashed (``hashes_partial_tail = False``, §1.6).
 
+    Keys depend only on the values of the request's strings, never on their identity:
+    each user string is pickled as a separate object, as in vLLM (one-character strings
+    are CPython singletons: see :func:`~kvlab.hashing.vllm_extra_keys.fresh_str`).
+    Prompt embeddings given as an array are hashed by their dtype and raw bytes, as vLLM
+    hashes its tensor's (often bf16/fp16; numpy has no bf16): pass an array of the same
+    raw bytes (for bf16, its bits as ``int16``), or the per-block digests as a mapping,
+    to reproduce vLLM's keys.
+
+    Under NVIDIA Dynamo, vLLM receives the cache salt prefixed
+    ``"dynamo-cache-salt:<namespace>"`` (docs/specs/hashing.md §3.4): pass that whole
+    string as ``cache_salt`` to reproduce vLLM's keys in a Dynamo deployment.
+
+    Not modelled: EAGLE / lookahead hashing (``num_hash_lookahead_tokens > 0``, §1.5),
+    and hybrid models whose KV-cache groups hash at the gcd of their block sizes (§1.6):
+    hash at that gcd and take a larger group's view with
+    :func:`~kvlab.hashing.base.coarse_view`.
+
     Args:
         algo: ``--prefix-caching-hash-algo``: ``sha256`` (default), ``sha256_cbor``,
             ``xxhash``, ``xxhash_cbor``.
         block_size: tokens per block (vLLM's default 16).
-        seed: ``PYTHONHASHSEED`` as vLLM reads it: a string used verbatim; ``None`` = unset,
-            which means ``"vllm-none-hash"`` for the sha256 algos (vLLM PR #51875) and, for
-            the xxhash algos, vLLM's per-process ``os.urandom(32).hex()`` — modelled by 32
-            bytes drawn from ``rng``, with a warning (two such hashers never share keys).
-        rng: the ``numpy.random.Generator`` for that draw (default: OS entropy, like
-            vLLM); used only for the xxhash algos with ``seed=None``.
+        seed: ``PYTHONHASHSEED`` as vLLM reads it: a string used verbatim. ``None`` means
+            PYTHONHASHSEED *unset*: ``"vllm-none-hash"`` for the sha256 algos (vLLM PR
+            #51875) and, for the xxhash algos, vLLM's per-process ``os.urandom(32).hex()``,
+            modelled by 32 bytes drawn from ``rng``. kvlab never reads this process's
+            ``PYTHONHASHSEED`` (results do not depend on the environment): to match a vLLM
+            run with ``PYTHONHASHSEED=0``, pass ``seed="0"``.
+        rng: the ``numpy.random.Generator`` for that draw; only for the xxhash algos with
+            ``seed=None``. Hashers given equally seeded generators share keys. ``None``
+            draws from OS entropy, like vLLM, and warns: such a hasher shares keys with
+            no other.
 
     Raises:
         ValueError: unknown algo, block size < 1, a seed that is not a string or None, an
-            rng that is not a ``numpy.random.Generator``.
+            rng that is not a ``numpy.random.Generator``, or an rng given with a sha256
+            algo or an explicit seed (it would be ignored).
+
+    Warns:
+        UserWarning: an xxhash algo with ``seed=None`` and ``rng=None`` (pointing at the
+            caller's line, also through :func:`kvlab.hashing.vllm`).
 
     Example:
         >>> hasher = VllmHasher(block_size=4)
@@ -83,16 +130,22 @@ class VllmHasher(BlockHasher):
             raise ValueError(f"seed must be a string (PYTHONHASHSEED semantics) or None, got {seed!r}")
         if rng is not None and not isinstance(rng, np.random.Generator):
             raise ValueError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
+        if rng is not None and (seed is not None or algo not in _RANDOM_SEED_ALGOS):
+            raise ValueError(f"rng is only used for the xxhash algos with seed=None, got rng={rng!r} with "
+                             f"algo={algo!r}, seed={seed!r}")
         self.name = f"vllm.{algo}"
         self.seed = seed
         if seed is not None:
             self.none_hash_seed = seed
         elif algo in _RANDOM_SEED_ALGOS:
-            warnings.warn(
-                f"vllm.{algo} with seed=None: vLLM draws a random NONE_HASH seed per process "
-                "(os.urandom), so two such instances never share cache keys; pass seed= "
-                "(PYTHONHASHSEED) or a seeded rng= to reproduce", UserWarning, stacklevel=2)
-            self.none_hash_seed = (rng if rng is not None else np.random.default_rng()).bytes(32).hex()
+            if rng is None:
+                warnings.warn(
+                    f"vllm.{algo} with seed=None and rng=None: like vLLM, a random NONE_HASH seed is "
+                    "drawn (OS entropy), so this hasher never shares cache keys with another; pass "
+                    "seed= (PYTHONHASHSEED) or a seeded rng= to reproduce", UserWarning,
+                    stacklevel=_caller_stacklevel())
+                rng = np.random.default_rng()
+            self.none_hash_seed = rng.bytes(32).hex()
         else:
             self.none_hash_seed = DEFAULT_NONE_HASH_SEED
         self._none_hash = none_hash(algo, self.none_hash_seed)
@@ -116,9 +169,10 @@ class VllmHasher(BlockHasher):
             ``n // block_size`` digests.
 
         Raises:
-            ValueError: invalid token ids or extras.
+            ValueError: invalid token ids or extras, or an MM item ending after the prompt.
         """
         tokens = _uint64_tokens(token_ids)
+        resolve_extras(extras, tokens.shape[0])
         n_blocks = tokens.shape[0] // self.block_size
         blocks = tokens[:n_blocks * self.block_size].reshape(n_blocks, self.block_size)
         return self._chain(None, blocks, BlockExtraKeys(extras, self.block_size))
@@ -206,6 +260,14 @@ class VllmIncrementalHasher:
     became full is hashed, chained to the previous block. MM items, LoRA, salt and prompt
     embeddings are known up front; items are taken with the ranges given, even past the
     prompt. The result always equals :meth:`VllmHasher.block_hashes` of all tokens so far.
+
+    Deliberate difference from vLLM: its ``request_block_hasher`` restarts the MM scan of
+    a later call at the *last* item (``curr_mm_idx = -1``), so a block completed by
+    generated tokens can lose an earlier image that still overlaps it. kvlab keeps the
+    scan cursor and keys *both* images in such a block (bug-report case 2: a block
+    ``[t0, A, A, t1, B, t2]`` completed by two generated tokens), so incremental and
+    at-once hashing agree. kvlab and vLLM can differ only on a block hashed by a later
+    call that overlaps an item other than the last.
 
     Args:
         hasher: the profile.
