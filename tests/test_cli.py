@@ -104,3 +104,11 @@ def test_block_size_and_version(capsys, tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as info:
         main(["--version"])
     assert info.value.code == 0 and capsys.readouterr().out.startswith("kvlab 0.")
+
+
+def test_replay_vllm_mode(capsys) -> None:
+    code, out, _ = run(capsys, "replay", "synthetic", "--mode", "vllm", "--free-order", "classic", "--json")
+    summary = json.loads(out)
+    assert code == 0 and summary["mode"] == "vllm" and summary["rejected_requests"] == 0
+    code, out, _ = run(capsys, "replay", "synthetic", "--json")
+    assert json.loads(out)["block_hit_ratio"] > summary["block_hit_ratio"]  # full blocks + last-token rule

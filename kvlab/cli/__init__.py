@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fraction of leading requests excluded from the statistics (default 0)")
     rep.add_argument("--touch-order", choices=TOUCH_ORDERS, default="head_most_recent",
                      help="which end of a request is most recently used afterwards (default head_most_recent)")
+    rep.add_argument("--mode", choices=("prefix", "vllm"), default="prefix",
+                     help="prefix: every block a cache entry (default); vllm: vLLM v1's block pool one request at a "
+                          "time (full blocks only, last-token rule)")
+    rep.add_argument("--free-order", choices=("classic", "current"), default="current",
+                     help="vLLM free-queue order in --mode vllm (default current)")
     rep.add_argument("--window-requests", type=_positive_int, default=1000, metavar="N",
                      help="window of the rolling hit ratio in the timeline (default 1000)")
     rep.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -108,7 +113,8 @@ def cmd_replay(args: argparse.Namespace) -> None:
     """``kvlab replay TRACE ...``."""
     trace = load_trace(args.trace, block_size=args.block_size)
     config = ReplayConfig(policy=args.policy, capacity_blocks=args.capacity_blocks, touch_order=args.touch_order,
-                          warmup_fraction=args.warmup_fraction, window_requests=args.window_requests)
+                          warmup_fraction=args.warmup_fraction, window_requests=args.window_requests,
+                          mode=args.mode, free_order=args.free_order)
     result = replay(trace, config, progress=sys.stderr.isatty() and trace.block_refs > 5_000_000)
     if args.out is not None:
         from kvlab.viz import occupancy_chart, save_chart

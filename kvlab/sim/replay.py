@@ -9,6 +9,7 @@ remainder, i.e. ``hit_tokens = min(hit_blocks * block_size, input_tokens)``.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -16,9 +17,12 @@ import polars as pl
 
 from kvlab.policies import get_policy
 from kvlab.sim.kernel import replay_range
+from kvlab.sim.vllm_kernel import FREE_ORDERS, make_vllm_state, vllm_replay_range
 from kvlab.traces import Trace
 
 TOUCH_ORDERS = ("head_most_recent", "tail_most_recent")
+#: Replay modes: kvlab's cache-level prefix cache, or vLLM v1's block pool (:mod:`kvlab.sim.vllm_kernel`).
+MODES = ("prefix", "vllm")
 #: Tier name used in the timeline of a single-cache replay.
 SINGLE_TIER = "cache"
 _CHUNK_REFS = 2_000_000  # block refs per kernel call when a progress bar is shown
@@ -38,6 +42,14 @@ class ReplayConfig:
             measured statistics (they still fill the cache): the first
             ``floor(warmup_fraction * n_requests)`` requests.
         window_requests: window of the timeline's rolling hit ratio, requests (≥ 1).
+        mode: ``"prefix"`` (default: every block of a request, a partial last one
+            included, is a cache entry under ``policy``) or ``"vllm"`` — vLLM v1's block
+            pool, one request at a time: full blocks only, the last-token rule, no
+            de-duplication, ``capacity_blocks`` physical blocks whose free queue is the
+            eviction order (:mod:`kvlab.sim.vllm_kernel`; needs ``policy="lru"`` and
+            the default touch order, which the free queue implies).
+        free_order: vLLM's free-queue discipline in ``"vllm"`` mode: ``"current"``
+            (default: unhashed blocks to the head, PR #42656) or ``"classic"``.
 
     Raises:
         ValueError: a field out of range or an unknown policy (names field and value).
@@ -56,6 +68,8 @@ class ReplayConfig:
     touch_order: str = "head_most_recent"
     warmup_fraction: float = 0.0
     window_requests: int = 1000
+    mode: str = "prefix"
+    free_order: str = "current"
 
     def __post_init__(self) -> None:
         get_policy(self.policy)
@@ -72,6 +86,14 @@ class ReplayConfig:
         win = self.window_requests
         if isinstance(win, bool) or not isinstance(win, (int, np.integer)) or win < 1:
             raise ValueError(f"window_requests must be an integer >= 1, got {win!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.free_order not in FREE_ORDERS:
+            raise ValueError(f"free_order must be one of {FREE_ORDERS}, got {self.free_order!r}")
+        if self.mode == "vllm" and (self.policy != "lru" or self.touch_order != "head_most_recent"):
+            raise ValueError(f"mode 'vllm' replays vLLM's free queue, an LRU freed in reverse: it needs "
+                             f"policy='lru' and touch_order='head_most_recent', got policy={self.policy!r}, "
+                             f"touch_order={self.touch_order!r}")
 
     def warmup_requests(self, n_requests: int) -> int:
         """Number of leading requests excluded from the statistics."""
@@ -85,12 +107,15 @@ class ReplaySummary:
     ``requests`` counts the measured requests only; ``warmup_requests`` the excluded
     ones before them. ``block_refs``, ``hit_blocks``, ``input_tokens``,
     ``hit_tokens`` and ``evictions`` are sums over the measured requests;
-    ``peak_used_blocks`` is over the whole run. Ratios are 0.0 when their
+    ``peak_used_blocks`` is over the whole run. ``rejected_requests`` (``"vllm"`` mode)
+    counts measured requests needing more blocks than the pool: never admitted, they
+    count as misses. Ratios are 0.0 when their
     denominator is 0. ``capacity_blocks`` is ``None`` for an unbounded cache.
     """
 
     source: str
     policy: str
+    mode: str
     capacity_blocks: int | None
     touch_order: str
     warmup_fraction: float
@@ -105,6 +130,7 @@ class ReplaySummary:
     mean_request_block_hit_ratio: float
     evictions: int
     peak_used_blocks: int
+    rejected_requests: int
 
     def to_dict(self) -> dict[str, object]:
         """The summary as a JSON-serialisable ``dict``."""
@@ -114,7 +140,8 @@ class ReplaySummary:
         cap = "unbounded" if self.capacity_blocks is None else f"{self.capacity_blocks:,} blocks"
         return "\n".join([
             f"trace        {self.source}",
-            f"cache        {self.policy}, {cap}, touch order {self.touch_order}",
+            f"cache        {self.policy}, {cap}, touch order {self.touch_order}"
+            + ("" if self.mode == "prefix" else f", mode {self.mode}"),
             f"requests     {self.requests:,} measured ({self.warmup_requests:,} warm-up)",
             f"block hits   {self.hit_blocks:,} / {self.block_refs:,} = {self.block_hit_ratio:.4f}",
             f"token hits   {self.hit_tokens:,} / {self.input_tokens:,} = {self.token_hit_ratio:.4f}",
@@ -130,7 +157,9 @@ class ReplayResult:
         requests: one row per request: ``request_id`` (u64), ``arrival_s`` (f64),
             ``input_tokens``, ``blocks``, ``hit_blocks``, ``hit_tokens``,
             ``miss_blocks``, ``miss_tokens`` (u32), ``evictions``, ``used_blocks``
-            (i64, after the request), ``measured`` (bool, false during warm-up).
+            (i64, after the request; cached blocks in ``"vllm"`` mode), ``admitted``
+            (bool, false when a ``"vllm"``-mode pool is too small for the request),
+            ``measured`` (bool, false during warm-up).
         timeline: long format, one row per request and metric: ``step`` (i64, request
             index), ``time_s`` (f64, arrival), ``tier`` (str), ``metric`` (str:
             ``used_blocks``, ``capacity_blocks`` (bounded caches only), ``evictions``,
@@ -148,11 +177,12 @@ class ReplayResult:
 
 @dataclass(frozen=True, eq=False)
 class KernelRun:
-    """Raw per-request kernel output (``int64[n_requests]`` each)."""
+    """Raw per-request kernel output (``int64[n_requests]`` each; ``admitted`` bool)."""
 
     hit_blocks: np.ndarray
     used_blocks: np.ndarray
     evictions: np.ndarray
+    admitted: np.ndarray
 
 
 def run_kernel(trace: Trace, config: ReplayConfig, *, progress: bool = False) -> KernelRun:
@@ -163,17 +193,13 @@ def run_kernel(trace: Trace, config: ReplayConfig, *, progress: bool = False) ->
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
     flat = trace.flat
-    spec = get_policy(config.policy)
-    # beyond the working set every capacity behaves as unbounded (and must fit the kernel's int64)
-    capacity = flat.n_keys if config.capacity_blocks is None else min(config.capacity_blocks, flat.n_keys)
-    state = spec.make_state(flat, capacity)
     n = flat.n_requests
-    hits = np.zeros(n, dtype=np.int32)
-    used = np.zeros(n, dtype=np.int64)
-    evictions = np.zeros(n, dtype=np.int64)
-    reverse = config.touch_order == "head_most_recent"
+    hits, used, evictions = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    admitted = np.ones(n, dtype=np.bool_)
+    step = _vllm_step(trace, config, hits, used, evictions, admitted) if config.mode == "vllm" \
+        else _prefix_step(trace, config, hits, used, evictions)
     if not progress:
-        replay_range(flat.offsets, flat.block_ids, 0, n, reverse, state, hits, used, evictions)
+        step(0, n)
     else:
         from tqdm.auto import tqdm
 
@@ -181,9 +207,33 @@ def run_kernel(trace: Trace, config: ReplayConfig, *, progress: bool = False) ->
         bounds = [0, *cuts.tolist(), n]
         with tqdm(total=flat.n_refs, unit="block", unit_scale=True, desc=config.policy, file=sys.stderr) as bar:
             for a, b in zip(bounds[:-1], bounds[1:]):
-                replay_range(flat.offsets, flat.block_ids, a, b, reverse, state, hits, used, evictions)
+                step(a, b)
                 bar.update(int(flat.offsets[b] - flat.offsets[a]))
-    return KernelRun(hits.astype(np.int64), used, evictions)
+    return KernelRun(hits, used, evictions, admitted)
+
+
+def _prefix_step(trace: Trace, config: ReplayConfig, hits: np.ndarray, used: np.ndarray,
+                 evictions: np.ndarray) -> Callable[[int, int], None]:
+    """The cache-level replay of a policy kernel over requests ``[a, b)``."""
+    flat = trace.flat
+    # beyond the working set every capacity behaves as unbounded (and must fit the kernel's int64)
+    capacity = flat.n_keys if config.capacity_blocks is None else min(config.capacity_blocks, flat.n_keys)
+    state = get_policy(config.policy).make_state(flat, capacity)
+    reverse = config.touch_order == "head_most_recent"
+    return lambda a, b: replay_range(flat.offsets, flat.block_ids, a, b, reverse, state, hits, used, evictions)
+
+
+def _vllm_step(trace: Trace, config: ReplayConfig, hits: np.ndarray, used: np.ndarray, evictions: np.ndarray,
+               admitted: np.ndarray) -> Callable[[int, int], None]:
+    """The vLLM block-pool replay (:mod:`kvlab.sim.vllm_kernel`) over requests ``[a, b)``."""
+    flat = trace.flat
+    blocks = -(-flat.input_tokens // flat.block_size)
+    total = int(blocks.sum())
+    capacity = total if config.capacity_blocks is None else min(config.capacity_blocks, total)
+    state = make_vllm_state(flat.n_keys, capacity, int(blocks.max()) if blocks.size else 0)
+    current = config.free_order == "current"
+    return lambda a, b: vllm_replay_range(flat.offsets, flat.block_ids, flat.input_tokens, flat.block_size,
+                                          current, a, b, *state, hits, used, evictions, admitted)
 
 
 def summarize(trace: Trace, config: ReplayConfig, run: KernelRun) -> ReplaySummary:
@@ -197,7 +247,7 @@ def summarize(trace: Trace, config: ReplayConfig, run: KernelRun) -> ReplaySumma
     refs, n_inputs = int(blocks.sum()), int(inputs.sum())
     nonempty = blocks > 0
     return ReplaySummary(
-        source=trace.source, policy=config.policy, capacity_blocks=config.capacity_blocks,
+        source=trace.source, policy=config.policy, mode=config.mode, capacity_blocks=config.capacity_blocks,
         touch_order=config.touch_order, warmup_fraction=float(config.warmup_fraction),
         requests=int(blocks.shape[0]), warmup_requests=skip,
         block_refs=refs, hit_blocks=int(hits.sum()),
@@ -207,6 +257,7 @@ def summarize(trace: Trace, config: ReplayConfig, run: KernelRun) -> ReplaySumma
         mean_request_block_hit_ratio=float(np.mean(hits[nonempty] / blocks[nonempty])) if nonempty.any() else 0.0,
         evictions=int(run.evictions[skip:].sum()),
         peak_used_blocks=int(run.used_blocks.max()) if run.used_blocks.size else 0,
+        rejected_requests=int((~run.admitted[skip:]).sum()),
     )
 
 
@@ -266,6 +317,7 @@ def _requests_frame(trace: Trace, config: ReplayConfig, run: KernelRun) -> pl.Da
         "miss_tokens": pl.Series(flat.input_tokens - hit_tokens, dtype=pl.UInt32),
         "evictions": run.evictions,
         "used_blocks": run.used_blocks,
+        "admitted": run.admitted,
         "measured": measured,
     })
 
