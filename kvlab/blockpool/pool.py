@@ -1,0 +1,368 @@
+"""The physical block pool of a vLLM v1 engine: blocks, free queue, hash map, KV events.
+
+Models ``vllm/v1/core/block_pool.py :: BlockPool`` (docs/specs/engines.md §1, rules
+V1–V5, V8, V12, V13). The whole eviction policy is queue discipline: allocation takes
+the head of the free queue; freed blocks go back at the head or the tail depending on
+``free_order``; a freed block keeps its hash (and can still be hit) until it is handed
+out again, when it is evicted lazily. Block keys are u64 ints from any
+:mod:`kvlab.hashing` profile, or given directly.
+
+==============  ==========================================================================
+``free_order``  where blocks whose ``ref_cnt`` drops to 0 go (rule V4)
+==============  ==========================================================================
+``"classic"``   all appended to the tail, in the given order (PR #9972 … PR #42656)
+``"current"``   unhashed blocks prepended to the head, hashed appended (PR #42656);
+                with caching disabled all prepended: LIFO reuse (PR #51482)
+==============  ==========================================================================
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import polars as pl
+
+from kvlab.blockpool.block import FreeKVCacheBlockQueue, KVCacheBlock
+from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from kvlab.hashing.base import U64_MASK, check_block_size, check_count
+
+#: Accepted ``free_order`` values.
+FREE_ORDERS = ("classic", "current")
+#: The ``medium`` of every event a GPU block pool emits (vLLM ``MEDIUM_GPU``).
+MEDIUM_GPU = "GPU"
+
+
+def check_block_key(value: object, name: str) -> int:
+    """Validate a u64 block key and return it as ``int``.
+
+    Raises:
+        ValueError: naming ``name`` and the value, when not an integer in ``[0, 2**64)``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= U64_MASK:
+        raise ValueError(f"{name} must be a u64 block key (an integer in [0, 2**64)), got {value!r}")
+    return int(value)
+
+
+class BlockPool:
+    """All physical KV-cache blocks of one engine, with prefix caching and KV events.
+
+    Models vLLM v1 ``BlockPool``. Block 0 is the null block (rule V1): popped at
+    start-up, never handed out, never back in the queue; ``ref_cnt`` is kept at 0 for it.
+    Several blocks may hold the same hash (no de-duplication, V8); a lookup returns the
+    first inserted copy still cached, as vLLM's dict does.
+
+    Elastic growth (from oMLX ``omlx/cache/paged_cache.py :: PagedCacheManager
+    ._grow_blocks``): with ``max_blocks > num_blocks``, :meth:`get_new_blocks` asked for
+    more blocks than are free creates the shortfall as new blocks with fresh ids
+    (``num_blocks``, ``num_blocks + 1`` …) instead of failing, up to ``max_blocks``
+    blocks in all. The pool grows only when the free queue cannot cover a request, so
+    cached free blocks are still evicted before it grows; it never shrinks.
+    :meth:`get_usage` is relative to the current size.
+
+    Args:
+        num_blocks: blocks at start-up, including the null block (>= 1).
+        enable_caching: prefix caching on (vLLM ``enable_prefix_caching``).
+        free_order: ``"classic"`` or ``"current"`` (module table; rule V4).
+        block_size: tokens per block; the ``block_size`` of ``BlockStored`` events.
+        enable_kv_cache_events: queue KV events for :meth:`take_events`.
+        max_blocks: elastic ceiling (>= ``num_blocks``); ``None`` for a fixed pool.
+
+    Raises:
+        ValueError: an invalid argument, naming it and its value.
+
+    Example:
+        >>> pool = BlockPool(5, block_size=4)
+        >>> [b.block_id for b in pool.get_new_blocks(2)], pool.get_num_free_blocks()
+        ([1, 2], 2)
+        >>> pool.cache_full_blocks(pool.blocks[1:3], [0xA, 0xB], 0, 1)  # block 2 stays partial
+        >>> pool.free_blocks([pool.blocks[2], pool.blocks[1]])  # reverse, as a request frees
+        >>> [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]  # 2 to the head
+        [2, 3, 4, 1]
+        >>> pool.get_cached_block(0xA).block_id, pool.get_cached_block(0xB)
+        (1, None)
+    """
+
+    def __init__(self, num_blocks: int, *, enable_caching: bool = True, free_order: str = "current",
+                 block_size: int = 16, enable_kv_cache_events: bool = False, max_blocks: int | None = None) -> None:
+        if check_count(num_blocks, "num_blocks") < 1:
+            raise ValueError(f"num_blocks must be >= 1 (block 0 is the null block), got {num_blocks!r}")
+        if free_order not in FREE_ORDERS:
+            raise ValueError(f"free_order must be one of {FREE_ORDERS}, got {free_order!r}")
+        for name, flag in (("enable_caching", enable_caching), ("enable_kv_cache_events", enable_kv_cache_events)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be a bool, got {flag!r}")
+        if max_blocks is not None and (check_count(max_blocks, "max_blocks") < num_blocks):
+            raise ValueError(f"max_blocks must be None or >= num_blocks ({num_blocks}), got {max_blocks!r}")
+        self.enable_caching = enable_caching
+        self.free_order = free_order
+        self.block_size = check_block_size(block_size)
+        self.enable_kv_cache_events = enable_kv_cache_events
+        self.max_blocks = int(num_blocks if max_blocks is None else max_blocks)
+        self.blocks = [KVCacheBlock(i) for i in range(int(num_blocks))]
+        """Every block, indexed by id (grows with an elastic pool)."""
+        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+        self.cached_block_hash_to_block: dict[int, dict[int, KVCacheBlock]] = {}
+        """Block key → {block id: block} for every cached copy, oldest first (read-only)."""
+        self.null_block = self.free_block_queue.popleft()
+        self.null_block.is_null = True
+        self._events: list[KVEvent] = []
+
+    @property
+    def num_blocks(self) -> int:
+        """Current number of blocks, null block included."""
+        return len(self.blocks)
+
+    def get_cached_block(self, block_hash: int) -> KVCacheBlock | None:
+        """A block holding ``block_hash`` (the oldest cached copy), or ``None`` on a miss.
+
+        Models vLLM v1 ``BlockPool.get_cached_block`` (one group). Pure: no ref count or
+        queue position changes; a hit on a free block stays evictable until touched.
+
+        Raises:
+            ValueError: ``block_hash`` is not a u64 key.
+        """
+        copies = self.cached_block_hash_to_block.get(check_block_key(block_hash, "block_hash"))
+        return next(iter(copies.values())) if copies else None
+
+    def cache_full_blocks(self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[int], num_cached_blocks: int,
+                          num_full_blocks: int, token_ids: Sequence[int] | None = None) -> None:
+        """Give ``blocks[num_cached_blocks:num_full_blocks]`` their hashes and cache them.
+
+        Models vLLM v1 ``BlockPool.cache_full_blocks`` (rules V8, V13): no
+        de-duplication (a key may map to several blocks); one ``BlockStored`` per call
+        when events are on, with ``parent_block_hash = block_hashes[num_cached_blocks - 1]``
+        (``None`` from block 0) and the blocks' tokens when ``token_ids`` is given.
+
+        Args:
+            blocks: a request's block table.
+            block_hashes: the request's u64 keys, one per full block (at least
+                ``num_full_blocks``).
+            num_cached_blocks: leading blocks already cached.
+            num_full_blocks: full blocks to be cached after the call.
+            token_ids: all the request's tokens, or ``None`` (events then carry none).
+
+        Raises:
+            ValueError: caching disabled; counts out of order or beyond ``blocks`` /
+                ``block_hashes`` / ``token_ids``; a bad key; a block to cache that is the
+                null block, free (``ref_cnt == 0``) or already hashed.
+        """
+        if not self.enable_caching:
+            raise ValueError("cache_full_blocks needs enable_caching=True")
+        num_cached_blocks = check_count(num_cached_blocks, "num_cached_blocks")
+        num_full_blocks = check_count(num_full_blocks, "num_full_blocks")
+        if num_full_blocks > min(len(blocks), len(block_hashes)):
+            raise ValueError(f"num_full_blocks={num_full_blocks} exceeds len(blocks)={len(blocks)} or "
+                             f"len(block_hashes)={len(block_hashes)}")
+        if num_cached_blocks >= num_full_blocks:
+            return
+        keys = [check_block_key(h, f"block_hashes[{i}]") for i, h in enumerate(block_hashes[:num_full_blocks])]
+        new_blocks = blocks[num_cached_blocks:num_full_blocks]
+        for i, block in enumerate(new_blocks, start=num_cached_blocks):
+            problem = ("is the null block" if block.is_null else "is free (ref_cnt 0)" if block.ref_cnt == 0
+                       else f"already holds hash {block.block_hash:#x}" if block.block_hash is not None else "")
+            if problem:
+                raise ValueError(f"blocks[{i}] (block {block.block_id}) {problem}; it cannot be cached")
+        tokens: list[int] = []
+        if token_ids is not None:
+            if len(token_ids) < num_full_blocks * self.block_size:
+                raise ValueError(f"token_ids has {len(token_ids)} tokens, fewer than num_full_blocks x block_size = "
+                                 f"{num_full_blocks * self.block_size}")
+            tokens = [int(t) for t in token_ids[num_cached_blocks * self.block_size:num_full_blocks * self.block_size]]
+        for block, key in zip(new_blocks, keys[num_cached_blocks:], strict=True):
+            block.block_hash = key
+            self.cached_block_hash_to_block.setdefault(key, {})[block.block_id] = block
+        if self.enable_kv_cache_events:
+            parent = keys[num_cached_blocks - 1] if num_cached_blocks else None
+            self._events.append(BlockStored(block_hashes=keys[num_cached_blocks:], parent_block_hash=parent,
+                                            token_ids=tokens, block_size=self.block_size, lora_id=None,
+                                            medium=MEDIUM_GPU, lora_name=None))
+
+    def get_num_available_blocks(self) -> int:
+        """Blocks :meth:`get_new_blocks` can hand out: free ones plus elastic headroom."""
+        return self.get_num_free_blocks() + self.max_blocks - self.num_blocks
+
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        """Take ``num_blocks`` blocks from the head of the free queue, each with ref 1.
+
+        Models vLLM v1 ``BlockPool.get_new_blocks`` (rules V2, V3): a popped block that
+        is still cached is evicted lazily — its map entry and hash dropped and a
+        ``BlockRemoved`` queued. An elastic pool first grows by the shortfall.
+
+        Raises:
+            ValueError: ``num_blocks`` is not an integer >= 0 or exceeds
+                :meth:`get_num_available_blocks`.
+        """
+        num_blocks = check_count(num_blocks, "num_blocks")
+        if num_blocks > self.get_num_available_blocks():
+            raise ValueError(f"cannot get {num_blocks} free blocks from the pool: {self.get_num_free_blocks()} free"
+                             f" and room to grow by {self.max_blocks - self.num_blocks} (max_blocks={self.max_blocks})")
+        shortfall = num_blocks - self.get_num_free_blocks()
+        if shortfall > 0:
+            grown = [KVCacheBlock(i) for i in range(self.num_blocks, self.num_blocks + shortfall)]
+            self.blocks.extend(grown)
+            self.free_block_queue.append_n(grown)
+        out = self.free_block_queue.popleft_n(num_blocks)
+        for block in out:
+            if self.enable_caching:
+                self._maybe_evict_cached_block(block)
+            assert block.ref_cnt == 0, f"free block {block.block_id} has ref_cnt {block.ref_cnt}"
+            block.ref_cnt = 1
+        return out
+
+    def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
+        """Drop ``block``'s hash-map entry and hash (and queue ``BlockRemoved``); False if uncached."""
+        key = block.block_hash
+        if key is None:
+            return False
+        copies = self.cached_block_hash_to_block[key]
+        del copies[block.block_id]
+        if not copies:
+            del self.cached_block_hash_to_block[key]
+        block.block_hash = None
+        if self.enable_kv_cache_events:
+            self._events.append(BlockRemoved(block_hashes=[key], medium=MEDIUM_GPU))
+        return True
+
+    def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
+        """Take a reference on each hit block, pulling free ones out of the queue.
+
+        Models vLLM v1 ``BlockPool.touch`` (rule V5): if ``ref_cnt == 0`` the block is
+        removed from the free queue (O(1)); then ``ref_cnt += 1``. The null block is
+        skipped (its ref count is not maintained).
+
+        Raises:
+            RuntimeError: a block with ``ref_cnt == 0`` is not in the free queue (a bug).
+        """
+        for block in blocks:
+            if block.is_null:
+                continue
+            if block.ref_cnt == 0:
+                self.free_block_queue.remove(block)
+            block.ref_cnt += 1
+
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        """Drop one reference per listed block; blocks reaching 0 return to the free queue.
+
+        Models vLLM v1 ``BlockPool.free_blocks`` (rule V4). ``ordered_blocks`` is in
+        eviction priority (a request passes its table reversed). Where the freed blocks
+        go depends on ``free_order`` (module table). The null block is skipped.
+
+        Raises:
+            ValueError: a block listed more times than its ``ref_cnt`` (a double free);
+                nothing is changed then.
+        """
+        listed = [b for b in ordered_blocks if not b.is_null]
+        times = Counter(b.block_id for b in listed)
+        for block in listed:
+            if times[block.block_id] > block.ref_cnt:
+                raise ValueError(f"ordered_blocks lists block {block.block_id} {times[block.block_id]} time(s) but "
+                                 f"its ref_cnt is {block.ref_cnt}; freeing it would make the count negative")
+        for block in listed:
+            block.ref_cnt -= 1
+        freed = [b for b in listed if b.ref_cnt == 0]
+        if self.free_order == "classic":
+            self.free_block_queue.append_n(freed)
+        elif not self.enable_caching:
+            self.free_block_queue.prepend_n(freed)
+        else:
+            self.free_block_queue.prepend_n([b for b in freed if b.block_hash is None])
+            self.free_block_queue.append_n([b for b in freed if b.block_hash is not None])
+
+    def evict_blocks(self, block_ids: Iterable[int]) -> list[int]:
+        """Drop the cache entries of the given blocks; in-use blocks stay in use.
+
+        Models vLLM v1 ``BlockPool.evict_blocks`` (used by KV connectors; rule V3): only
+        hashes and map entries go (with a ``BlockRemoved`` each); ref counts and queue
+        positions are unchanged.
+
+        Returns:
+            The ids whose cache entry was dropped, in the given order.
+
+        Raises:
+            ValueError: an id that is not an integer in ``[0, num_blocks)``; nothing is
+                evicted then.
+        """
+        ids = [check_count(i, "block_ids[]") for i in block_ids]
+        for block_id in ids:
+            if block_id >= self.num_blocks:
+                raise ValueError(f"block_ids has {block_id}, but the pool has blocks 0..{self.num_blocks - 1}")
+        return [i for i in ids if self._maybe_evict_cached_block(self.blocks[i])]
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cache entry, if no block is in use.
+
+        Models vLLM v1 ``BlockPool.reset_prefix_cache`` (rule V12): succeeds only when
+        every block but the null block is free; then clears the map and every hash and
+        queues ``AllBlocksCleared``. Free-queue order is kept.
+
+        Returns:
+            True when reset, False (nothing changed) while blocks are in use.
+        """
+        if self.num_blocks - self.get_num_free_blocks() != 1:
+            return False
+        self.cached_block_hash_to_block = {}
+        for block in self.blocks:
+            block.block_hash = None
+        if self.enable_kv_cache_events:
+            self._events.append(AllBlocksCleared())
+        return True
+
+    def get_num_free_blocks(self) -> int:
+        """Blocks in the free queue (cached or not)."""
+        return self.free_block_queue.num_free_blocks
+
+    def get_usage(self) -> float:
+        """KV-cache usage in [0.0, 1.0]: ``1 - free / (num_blocks - 1)``; 0.0 with no usable block.
+
+        Models vLLM v1 ``BlockPool.get_usage`` (the null block is excluded).
+        """
+        usable = self.num_blocks - 1
+        return 1.0 - self.get_num_free_blocks() / usable if usable else 0.0
+
+    def take_events(self) -> list[KVEvent]:
+        """The queued KV events, oldest first; the queue is emptied (vLLM ``take_events``)."""
+        events, self._events = self._events, []
+        return events
+
+    def _state(self, block: KVCacheBlock) -> str:
+        if block.is_null:
+            return "null"
+        if block.ref_cnt:
+            return "in_use"
+        return "free" if block.block_hash is None else "cached_free"
+
+    def snapshot(self) -> pl.DataFrame:
+        """One row per block, by id: ``block_id`` (i64), ``state`` (str: ``"null"`` |
+        ``"in_use"`` | ``"cached_free"`` | ``"free"``), ``ref_cnt`` (i64), ``block_hash``
+        (u64, null when uncached), ``queue_position`` (i64, 0 = head; null outside the
+        free queue)."""
+        position = {b.block_id: i for i, b in enumerate(self.free_block_queue.get_all_free_blocks())}
+        return pl.DataFrame({
+            "block_id": [b.block_id for b in self.blocks],
+            "state": [self._state(b) for b in self.blocks],
+            "ref_cnt": [b.ref_cnt for b in self.blocks],
+            "block_hash": [b.block_hash for b in self.blocks],
+            "queue_position": [position.get(b.block_id) for b in self.blocks],
+        }, schema={"block_id": pl.Int64, "state": pl.String, "ref_cnt": pl.Int64, "block_hash": pl.UInt64,
+                   "queue_position": pl.Int64})
+
+    def pretty(self) -> str:
+        """A text dump: every block (state, ref count, hash), the free queue head to tail,
+        and the hash map (key → block ids, oldest copy first)."""
+        lines = [repr(self), f"usage {self.get_usage():.2f}", "  id  state        ref  hash"]
+        for block in self.blocks:
+            key = "-" if block.block_hash is None else f"{block.block_hash:#x}"
+            lines.append(f"{block.block_id:>4}  {self._state(block):<11} {block.ref_cnt:>4}  {key}")
+        queue = " ".join(str(b.block_id) for b in self.free_block_queue.get_all_free_blocks())
+        lines.append(f"free queue (head -> tail): {queue or '(empty)'}")
+        entries = [f"{key:#x} -> {list(copies)}" for key, copies in self.cached_block_hash_to_block.items()]
+        lines.append("hash map: " + ("; ".join(entries) or "(empty)"))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        in_use = sum(1 for b in self.blocks if b.ref_cnt and not b.is_null)
+        cached = sum(len(c) for c in self.cached_block_hash_to_block.values())
+        return (f"BlockPool(num_blocks={self.num_blocks}, in_use={in_use}, free={self.get_num_free_blocks()}, "
+                f"cached={cached}, free_order={self.free_order!r}, caching={self.enable_caching})")

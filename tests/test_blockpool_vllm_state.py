@@ -1,0 +1,191 @@
+"""Hypothesis state machine over the vLLM v1 block pool + KV cache manager: random
+admissions (lookup + allocate), chunked prefill, decode, fork, free, preempt, evict and
+reset, with the pool's invariants checked after every step."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from polars.testing import assert_frame_equal
+
+from kvlab.blockpool.manager import KVCacheManager, Request
+from kvlab.blockpool.pool import BlockPool
+
+BLOCK_SIZE = 4
+NUM_BLOCKS = 9  # null block + 8
+MAX_BLOCKS = 12  # elastic runs may grow to this
+
+
+class BlockPoolMachine(RuleBasedStateMachine):
+    """Requests draw chained keys from a small tree (3 children per node, depth <= 5), so
+    prompts share prefixes often and the 8 usable blocks are under constant pressure."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: dict[str, Request] = {}
+        self.keys: dict[tuple[int, ...], int] = {}  # prefix path -> chained key
+        self.next_id = 0
+
+    @initialize(free_order=st.sampled_from(["classic", "current"]), caching=st.booleans(), elastic=st.booleans())
+    def setup(self, free_order: str, caching: bool, elastic: bool = False) -> None:
+        self.pool = BlockPool(NUM_BLOCKS, block_size=BLOCK_SIZE, free_order=free_order, enable_caching=caching,
+                              enable_kv_cache_events=True, max_blocks=MAX_BLOCKS if elastic else None)
+        self.manager = KVCacheManager(self.pool, block_size=BLOCK_SIZE, enable_caching=caching)
+
+    def _key(self, path: tuple[int, ...]) -> int:
+        return self.keys.setdefault(path, 1000 + len(self.keys))
+
+    def _names(self, running: bool) -> list[str]:
+        return sorted(rid for rid in self.requests if bool(self.manager.get_block_ids(rid)) == running)
+
+    def _pick(self, index: int, running: bool) -> Request:
+        names = self._names(running)
+        return self.requests[names[index % len(names)]]
+
+    def _new_id(self) -> str:
+        self.next_id += 1
+        return f"r{self.next_id}"
+
+    @rule(path=st.lists(st.integers(0, 2), max_size=5), tail=st.integers(0, BLOCK_SIZE - 1))
+    def add_request(self, path: list[int], tail: int) -> None:
+        num_tokens = len(path) * BLOCK_SIZE + tail
+        if num_tokens:
+            keys = [self._key(tuple(path[: i + 1])) for i in range(len(path))]
+            rid = self._new_id()
+            self.requests[rid] = Request.from_block_keys(rid, num_tokens, keys)
+
+    @precondition(lambda self: self._names(running=False))
+    @rule(index=st.integers(0, 99), budget=st.integers(1, 12))
+    def admit(self, index: int, budget: int) -> None:
+        """Lookup + allocate (touches hits); a rejection must leave everything as it was."""
+        request = self._pick(index, running=False)
+        hits, num_hit_tokens = self.manager.get_computed_blocks(request)
+        assert num_hit_tokens <= request.num_tokens - 1
+        before, stats_before = self.pool.snapshot(), vars(self.manager.prefix_cache_stats).copy()
+        num_new = min(budget, request.num_tokens - num_hit_tokens)
+        if self.manager.allocate_slots(request, num_new, num_hit_tokens, hits) is None:
+            assert_frame_equal(self.pool.snapshot(), before)
+            assert vars(self.manager.prefix_cache_stats) == stats_before
+            assert request.num_computed_tokens == 0
+        else:
+            assert request.num_computed_tokens == num_hit_tokens + num_new
+
+    @precondition(lambda self: self._names(running=True))
+    @rule(index=st.integers(0, 99), budget=st.integers(1, 12))
+    def step(self, index: int, budget: int) -> None:
+        """Continue a chunked prefill, or decode one token (which may fill a block)."""
+        request = self._pick(index, running=True)
+        if request.num_computed_tokens == request.num_tokens:
+            full = (request.num_tokens + 1) // BLOCK_SIZE > len(request.block_hashes)
+            request.append_block_keys(1, [self._key(("decode", self._new_id()))] if full else [])
+        todo = request.num_tokens - request.num_computed_tokens
+        self.manager.allocate_slots(request, min(budget, todo))
+
+    @precondition(lambda self: self._names(running=True))
+    @rule(index=st.integers(0, 99))
+    def fork(self, index: int) -> None:
+        child = self.manager.fork(self._pick(index, running=True), self._new_id())
+        self.requests[child.request_id] = child
+
+    @precondition(lambda self: self._names(running=True))
+    @rule(index=st.integers(0, 99))
+    def finish(self, index: int) -> None:
+        request = self._pick(index, running=True)
+        self.manager.free(request)
+        del self.requests[request.request_id]
+
+    @precondition(lambda self: self._names(running=True))
+    @rule(index=st.integers(0, 99))
+    def preempt(self, index: int) -> None:
+        request = self._pick(index, running=True)
+        self.manager.preempt(request)
+        assert request.num_computed_tokens == 0
+
+    @rule(block_ids=st.lists(st.integers(0, NUM_BLOCKS - 1), max_size=3))
+    def evict(self, block_ids: list[int]) -> None:
+        refs = [b.ref_cnt for b in self.pool.blocks]
+        self.pool.evict_blocks(block_ids)
+        assert [b.ref_cnt for b in self.pool.blocks] == refs
+
+    @precondition(lambda self: self.requests)
+    @rule(now=st.integers(0, 3))
+    def reset(self, now: int) -> None:
+        """Reset (a quarter of the time, so caches also grow old): refused while in use."""
+        if now:
+            return
+        idle = all(not self.manager.get_block_ids(rid) for rid in self.requests)
+        assert self.manager.reset_prefix_cache() is idle
+        if idle:
+            assert self.pool.cached_block_hash_to_block == {}
+
+    @invariant()
+    def pool_is_consistent(self) -> None:
+        pool = self.pool
+        blocks = pool.blocks[1:]
+        assert pool.null_block is pool.blocks[0] and not pool.null_block.in_free_queue
+        assert all(b.ref_cnt >= 0 for b in pool.blocks)
+        queued = pool.free_block_queue.get_all_free_blocks()
+        assert len(queued) == pool.get_num_free_blocks() == len({b.block_id for b in queued})
+        assert {b.block_id for b in queued} == {b.block_id for b in blocks if b.ref_cnt == 0}
+        assert all(b.in_free_queue == (b.ref_cnt == 0) for b in blocks)
+        in_use = sum(1 for b in blocks if b.ref_cnt > 0)
+        assert in_use + pool.get_num_free_blocks() == pool.num_blocks - 1
+        assert NUM_BLOCKS <= pool.num_blocks <= pool.max_blocks
+        assert [b.block_id for b in pool.blocks] == list(range(pool.num_blocks))
+        assert 0.0 <= pool.get_usage() <= 1.0
+
+    @invariant()
+    def hash_map_matches_blocks(self) -> None:
+        mapped = set()
+        for key, copies in self.pool.cached_block_hash_to_block.items():
+            assert copies, f"empty entry for {key}"
+            for block_id, block in copies.items():
+                assert block is self.pool.blocks[block_id] and block.block_hash == key
+                mapped.add(block_id)
+        assert mapped == {b.block_id for b in self.pool.blocks if b.block_hash is not None}
+
+    @invariant()
+    def ref_counts_count_tables(self) -> None:
+        """A block in several tables has a ref per table; the tables cover the computed tokens."""
+        holders = Counter(i for rid in self.requests for i in self.manager.get_block_ids(rid))
+        assert all(self.pool.blocks[i].ref_cnt == holders[i] for i in range(1, self.pool.num_blocks))
+        for request in self.requests.values():
+            table = self.manager.get_block_ids(request.request_id)
+            assert len(table) == -(-request.num_computed_tokens // BLOCK_SIZE)
+
+
+TestBlockPoolMachine = BlockPoolMachine.TestCase
+TestBlockPoolMachine.settings = settings(settings(), stateful_step_count=80)
+
+
+@pytest.mark.parametrize(("free_order", "resumed_table"), [("classic", [1, 2, 8]), ("current", [1, 2, 3])])
+def test_machine_rules_on_a_fixed_run(free_order: str, resumed_table: list[int]) -> None:
+    """One scripted run through the rules with exact tables: fork + copy-on-write, a
+    shared-prefix admission, preemption and resume (the freed partial block 3 is reused at
+    once only in current order), then a reset once everything is free."""
+    machine = BlockPoolMachine()
+    machine.setup(free_order=free_order, caching=True)
+    machine.add_request([0, 1], 2)  # r1: 10 tokens, keys 1000, 1001
+    machine.admit(0, 12)
+    machine.fork(0)  # r2 shares blocks 1, 2, 3
+    machine.step(1, 12)  # r2 decodes into shared partial block 3: its copy is block 4
+    machine.add_request([0, 1, 2, 0, 1], 0)  # r3: 20 tokens, hits r1's two blocks
+    machine.admit(0, 12)
+    machine.preempt(0)  # r1
+    machine.admit(0, 12)  # r1 resumes on its own cached blocks
+    tables = {rid: machine.manager.get_block_ids(rid) for rid in machine.requests}
+    assert tables == {"r1": resumed_table, "r2": [1, 2, 4], "r3": [1, 2, 5, 6, 7]}
+    assert [machine.pool.blocks[i].ref_cnt for i in (1, 2)] == [3, 3]
+    for check in (machine.pool_is_consistent, machine.hash_map_matches_blocks, machine.ref_counts_count_tables):
+        check()
+    stats = machine.manager.make_prefix_cache_stats()
+    assert (stats.requests, stats.hits, stats.preempted_requests, stats.preempted_hits) == (2, 8, 1, 8)
+    machine.reset(0)  # refused: blocks in use
+    for _ in range(3):
+        machine.finish(0)
+    machine.reset(0)
+    assert machine.pool.cached_block_hash_to_block == {} and machine.pool.get_usage() == 0.0
