@@ -7,6 +7,8 @@ function                          chart
 :func:`hit_ratio_curve`           hit ratio vs capacity (log x), one line per series
 :func:`save_chart`                write a chart as PNG and standalone HTML (offline)
 :func:`use_offline_rendering`     show charts in Jupyter with no internet access
+:func:`block_pool_chart`          a vLLM block pool: blocks by state, ref counts, free queue
+:func:`radix_tree_chart`          an SGLang radix tree: nodes, locks, evictable leaves
 ================================  ============================================================
 
 Timelines are pre-aggregated in polars (at most ``max_points`` bins per metric) so the
@@ -19,6 +21,8 @@ from pathlib import Path
 
 import altair as alt
 import polars as pl
+
+from kvlab.viz.engine_charts import block_pool_chart, radix_tree_chart, tree_layout
 
 #: How each timeline metric is aggregated inside a bin of steps.
 _BIN_AGG = {"used_blocks": "max", "capacity_blocks": "max", "evictions": "sum", "hit_ratio_rolling": "mean"}
@@ -157,4 +161,5 @@ def use_offline_rendering() -> None:
     alt.JupyterChart.enable_offline()
 
 
-__all__ = ["downsample_timeline", "hit_ratio_curve", "occupancy_chart", "save_chart", "use_offline_rendering"]
+__all__ = ["block_pool_chart", "downsample_timeline", "hit_ratio_curve", "occupancy_chart", "radix_tree_chart",
+           "save_chart", "tree_layout", "use_offline_rendering"]
