@@ -24,6 +24,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_replay.py --out out/bench/bench_replay.json
 	$(BIN)/python benchmarks/bench_hashing.py --out out/bench/bench_hashing.json
+	$(BIN)/python benchmarks/bench_blockpool.py --out out/bench/bench_blockpool.json
 
 ## make lab — JupyterLab on the notebooks
 lab: $(STAMP)
