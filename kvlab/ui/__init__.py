@@ -4,6 +4,7 @@
 name                     what
 =======================  ============================================================
 :func:`replay_panel`     capacity / touch order / warm-up controls over a replay
+:class:`StepperPanel`    Step / Reset through an engine scenario, chart after each step
 =======================  ============================================================
 
 Panels keep the computation a pure method (``compute()``) and can be driven without a
@@ -12,5 +13,6 @@ browser: set a control's ``.value`` and read ``.result``, ``.summary.value`` or
 """
 
 from kvlab.ui.replay_panel import UNBOUNDED, ReplayPanel, capacity_options, replay_panel
+from kvlab.ui.stepper import StepperPanel
 
-__all__ = ["UNBOUNDED", "ReplayPanel", "capacity_options", "replay_panel"]
+__all__ = ["UNBOUNDED", "ReplayPanel", "StepperPanel", "capacity_options", "replay_panel"]
