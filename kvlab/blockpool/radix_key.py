@@ -1,0 +1,195 @@
+"""The data types of SGLang's radix tree: a namespaced token key and a tree node.
+
+Models ``sgl-project/sglang : python/sglang/srt/mem_cache/radix_cache.py ::
+RadixKey, TreeNode`` (SGLang 0.5.x, docs/specs/engines.md §2.1 rule S1). A node's key is
+a token span; children are keyed by their first token (``page_size == 1``) or first
+page as a tuple, prefixed by the namespace (``extra_key``) when there is one, so keys
+of different namespaces never share a child slot::
+
+    page_size 1:  root ─┬─ 1 ─────────────► [1 2 3 4]
+                        └─ ("lora-a", 1) ──► [1 2 3]            (namespace "lora-a")
+    page_size 4:  root ─── (1, 2, 3, 4) ──► [1 2 3 4 5 6 7 8]
+
+Times are *logical*: ticks of the owning cache's clock, never wall time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvlab.hashing.base import as_token_array
+
+#: The key of a child edge: a token, a page tuple, or ``(extra_key, token-or-page)``.
+ChildKey = int | tuple
+
+
+def preview_tokens(tokens: Sequence[int], limit: int = 6) -> str:
+    """A short text preview of a token span.
+
+    Example:
+        >>> preview_tokens(range(1, 9)), preview_tokens([])
+        ('[1 2 3 4 5 6 …]', '[]')
+    """
+    shown = " ".join(str(t) for t in tokens[:limit])
+    return f"[{shown}{' …' if len(tokens) > limit else ''}]"
+
+
+@dataclass(frozen=True)
+class RadixKey:
+    """Token ids plus an optional namespace; the key of one radix-tree edge or lookup.
+
+    Models SGLang ``RadixKey`` (rule S1): two keys of different ``extra_key`` never
+    match, and comparing them raises. Slicing keeps the namespace.
+
+    Attributes:
+        token_ids: the tokens, as a tuple of Python ints (``0 <= t < 2**64``).
+        extra_key: the namespace (a LoRA adapter name, a cache salt …), ``None`` for
+            the shared namespace. kvlab's ``lora_name`` is SGLang's ``extra_key``.
+
+    Raises:
+        ValueError: token ids that are not non-negative integers, or an ``extra_key``
+            that is not a non-empty string or None.
+
+    Example:
+        >>> key = RadixKey([1, 2, 3, 4, 5], extra_key="lora-a")
+        >>> key[:4], key.child_key(page_size=4)
+        (RadixKey(extra_key='lora-a', token_ids=[1 2 3 4]), ('lora-a', (1, 2, 3, 4)))
+        >>> key.match(RadixKey([1, 2, 3, 9], "lora-a"), page_size=1)
+        3
+    """
+
+    token_ids: tuple[int, ...]
+    extra_key: str | None = None
+
+    def __post_init__(self) -> None:
+        tokens = tuple(int(t) for t in as_token_array(self.token_ids))
+        object.__setattr__(self, "token_ids", tokens)
+        if self.extra_key is not None and (not isinstance(self.extra_key, str) or not self.extra_key):
+            raise ValueError(f"extra_key must be a non-empty string or None, got {self.extra_key!r}")
+
+    @classmethod
+    def _trusted(cls, token_ids: tuple[int, ...], extra_key: str | None) -> RadixKey:
+        """A key from already-checked parts (slicing must not re-validate every token)."""
+        key = object.__new__(cls)
+        object.__setattr__(key, "token_ids", token_ids)
+        object.__setattr__(key, "extra_key", extra_key)
+        return key
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def __getitem__(self, index: slice) -> RadixKey:
+        """A sub-span in the same namespace.
+
+        Raises:
+            ValueError: ``index`` is not a slice with step 1.
+        """
+        if not isinstance(index, slice) or index.step not in (None, 1):
+            raise ValueError(f"index must be a slice with step 1, got {index!r}")
+        return RadixKey._trusted(self.token_ids[index], self.extra_key)
+
+    def __repr__(self) -> str:
+        return f"RadixKey(extra_key={self.extra_key!r}, token_ids={preview_tokens(self.token_ids)})"
+
+    def page_aligned(self, page_size: int) -> RadixKey:
+        """The key cut to a multiple of ``page_size`` tokens (``len // page * page``).
+
+        Models SGLang ``RadixKey.page_aligned`` (rule S2)."""
+        return self[:len(self) // page_size * page_size]
+
+    def match(self, other: RadixKey, page_size: int = 1) -> int:
+        """Length of the common prefix with ``other``, in whole pages (a page counts only
+        if all its tokens match).
+
+        Models SGLang ``RadixKey.match`` / ``_key_match_paged`` (rules S1, S2).
+
+        Raises:
+            ValueError: the two keys have different ``extra_key`` namespaces.
+        """
+        if self.extra_key != other.extra_key:
+            raise ValueError(f"keys of different namespaces cannot be compared: extra_key {self.extra_key!r} "
+                             f"vs {other.extra_key!r}")
+        a, b = self.token_ids, other.token_ids
+        n, limit = 0, min(len(a), len(b))
+        while n < limit and a[n] == b[n]:
+            n += 1
+        return n // page_size * page_size
+
+    def child_key(self, page_size: int) -> ChildKey:
+        """The dict key of the edge this key starts: first token or first page, prefixed
+        by the namespace. Models SGLang ``RadixKey.child_key`` / ``get_child_key``."""
+        plain = self.token_ids[0] if page_size == 1 else self.token_ids[:page_size]
+        return plain if self.extra_key is None else (self.extra_key, plain)
+
+
+class TreeNode:
+    """One node of SGLang's radix tree: a token span and the KV slots that hold it.
+
+    Models SGLang ``TreeNode`` (rule S1) with kvlab's determinism: ``node_id`` comes
+    from the owning cache's per-instance counter and times are logical clock ticks.
+    Nodes are created and mutated only by :class:`~kvlab.blockpool.radix.RadixCache`.
+
+    Attributes:
+        node_id: id unique within the owning cache (the root included).
+        children: child nodes by :meth:`RadixKey.child_key` of their key.
+        parent: the parent node, ``None`` for the root and for removed nodes.
+        key: the token span of the edge into this node (empty for the root).
+        value: ``int64[len(key)]`` KV slot indices of those tokens.
+        lock_ref: running requests whose matched path passes through this node (the
+            root holds 1 forever).
+        last_access_time: clock tick of the last match or insert that visited it.
+        creation_time: clock tick of its creation (a split's upper half is new).
+        hit_count: inserts that created it or walked through it (chunked steps not
+            counted).
+        priority: the highest request priority that inserted through it.
+        hash_value: SGLang event-chain page hashes (hex), one per page, when the cache
+            publishes KV events; else ``None``.
+        block_ids: the int64 ids those pages are published under, or ``None``.
+
+    Example:
+        >>> node = TreeNode(node_id=7, now=3)
+        >>> node.lock_ref, node.last_access_time, node.creation_time, node.hit_count
+        (0, 3, 3, 0)
+    """
+
+    __slots__ = ("node_id", "children", "parent", "key", "value", "lock_ref", "last_access_time",
+                 "creation_time", "hit_count", "priority", "hash_value", "block_ids")
+
+    def __init__(self, node_id: int, now: int, priority: int = 0) -> None:
+        self.node_id = node_id
+        self.children: dict[ChildKey, TreeNode] = {}
+        self.parent: TreeNode | None = None
+        self.key = RadixKey._trusted((), None)
+        self.value = np.zeros(0, dtype=np.int64)
+        self.lock_ref = 0
+        self.last_access_time = now
+        self.creation_time = now
+        self.hit_count = 0
+        self.priority = priority
+        self.hash_value: list[str] | None = None
+        self.block_ids: list[int] | None = None
+
+    def __repr__(self) -> str:
+        ns = "" if self.key.extra_key is None else f"{self.key.extra_key}:"
+        return (f"TreeNode(id={self.node_id}, key={ns}{preview_tokens(self.key.token_ids)}, "
+                f"lock_ref={self.lock_ref}, hit_count={self.hit_count})")
+
+
+def as_radix_key(key: RadixKey | Sequence[int] | np.ndarray) -> RadixKey:
+    """``key`` itself, or a token sequence as a key of the shared namespace.
+
+    Raises:
+        ValueError: neither a :class:`RadixKey` nor a sequence of token ids (names it).
+
+    Example:
+        >>> as_radix_key([1, 2])
+        RadixKey(extra_key=None, token_ids=[1 2])
+    """
+    if isinstance(key, RadixKey):
+        return key
+    if isinstance(key, (str, bytes)) or not isinstance(key, (Sequence, np.ndarray)):
+        raise ValueError(f"key must be a RadixKey or a sequence of token ids, got {key!r}")
+    return RadixKey(key)

@@ -1,0 +1,203 @@
+"""SGLang's radix eviction policies (``--radix-eviction-policy``) as tiny node scores.
+
+Models ``sgl-project/sglang : python/sglang/srt/mem_cache/evict_policy.py`` (SGLang
+0.5.x, docs/specs/engines.md §2.1 rule S7). Each policy is one class with one method,
+``get_priority(node)``, returning a sortable score; the cache evicts the evictable leaf
+with the **lowest** score first. Ties of every score are broken by LRU (then node id),
+because :class:`~kvlab.blockpool.radix.RadixCache` orders heap entries as
+``(score, last_access_time, node_id)`` — SGLang's ``TreeNode.__lt__`` compares
+``last_access_time``.
+
+==============  =============================================  ==================================
+name            score (lowest evicted first)                   upstream class
+==============  =============================================  ==================================
+``lru``         ``last_access_time``                           ``LRUStrategy`` (default)
+``lfu``         ``(hit_count, last_access_time)``              ``LFUStrategy``
+``fifo``        ``creation_time``                              ``FIFOStrategy``
+``mru``         ``-last_access_time``                          ``MRUStrategy``
+``filo``        ``-creation_time``                             ``FILOStrategy``
+``priority``    ``(priority, last_access_time)``               ``PriorityStrategy``
+``slru``        ``(1 if hit_count >= 2 else 0, last_access)``  ``SLRUStrategy`` (threshold 2)
+==============  =============================================  ==================================
+
+Why node scores and not :mod:`kvlab.policies` plug-ins: those are flat per-block
+policies (a reference class plus numba kernel hooks over dense block ids) for
+cache-level replay, where any block may be a victim. Radix eviction orders *whole leaf
+nodes* of a tree — a victim is a variable-length token span, only leaves are candidates
+and a parent becomes one when its last child goes (prefix closure, rule S8) — so a
+policy here only scores a node; the tree walk, the heap and the prefix closure stay in
+the cache. A score can order victims but cannot pin a node (locks do that).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from kvlab.blockpool.radix_key import TreeNode
+
+#: A sortable eviction score: an int or a tuple of ints.
+Score = int | tuple[int, int]
+
+
+class RadixEvictionPolicy(Protocol):
+    """What the radix cache needs from a policy: a name and a node score."""
+
+    name: str
+
+    def get_priority(self, node: TreeNode) -> Score:
+        """The node's eviction score; lower is evicted first."""
+        ...
+
+
+class LRUPolicy:
+    """Least recently used first. Models SGLang ``LRUStrategy``.
+
+    Example:
+        >>> from kvlab.blockpool.radix_key import TreeNode
+        >>> LRUPolicy().get_priority(TreeNode(node_id=1, now=5))
+        5
+    """
+
+    name = "lru"
+
+    def get_priority(self, node: TreeNode) -> Score:
+        """``last_access_time``."""
+        return node.last_access_time
+
+
+class LFUPolicy:
+    """Fewest hits first, LRU among equals. Models SGLang ``LFUStrategy``.
+
+    Example:
+        >>> from kvlab.blockpool.radix_key import TreeNode
+        >>> LFUPolicy().get_priority(TreeNode(node_id=1, now=5))
+        (0, 5)
+    """
+
+    name = "lfu"
+
+    def get_priority(self, node: TreeNode) -> Score:
+        """``(hit_count, last_access_time)``."""
+        return (node.hit_count, node.last_access_time)
+
+
+class FIFOPolicy:
+    """Oldest node first. Models SGLang ``FIFOStrategy``.
+
+    Example:
+        >>> from kvlab.blockpool.radix_key import TreeNode
+        >>> FIFOPolicy().get_priority(TreeNode(node_id=1, now=5))
+        5
+    """
+
+    name = "fifo"
+
+    def get_priority(self, node: TreeNode) -> Score:
+        """``creation_time``."""
+        return node.creation_time
+
+
+class MRUPolicy:
+    """Most recently used first. Models SGLang ``MRUStrategy``.
+
+    Example:
+        >>> from kvlab.blockpool.radix_key import TreeNode
+        >>> MRUPolicy().get_priority(TreeNode(node_id=1, now=5))
+        -5
+    """
+
+    name = "mru"
+
+    def get_priority(self, node: TreeNode) -> Score:
+        """``-last_access_time``."""
+        return -node.last_access_time
+
+
+class FILOPolicy:
+    """Newest node first. Models SGLang ``FILOStrategy``.
+
+    Example:
+        >>> from kvlab.blockpool.radix_key import TreeNode
+        >>> FILOPolicy().get_priority(TreeNode(node_id=1, now=5))
+        -5
+    """
+
+    name = "filo"
+
+    def get_priority(self, node: TreeNode) -> Score:
+        """``-creation_time``."""
+        return -node.creation_time
+
+
+class PriorityPolicy:
+    """Lowest request priority first, LRU among equals. Models SGLang
+    ``PriorityStrategy``; a node keeps the highest priority of the requests that
+    inserted through it.
+
+    Example:
+        >>> from kvlab.blockpool.radix_key import TreeNode
+        >>> PriorityPolicy().get_priority(TreeNode(node_id=1, now=5, priority=2))
+        (2, 5)
+    """
+
+    name = "priority"
+
+    def get_priority(self, node: TreeNode) -> Score:
+        """``(priority, last_access_time)``."""
+        return (node.priority, node.last_access_time)
+
+
+class SLRUPolicy:
+    """Segmented LRU: nodes hit fewer than ``protected_threshold`` times (probationary)
+    go before the others (protected), LRU within a segment. Models SGLang
+    ``SLRUStrategy`` (threshold 2: a new leaf has one hit, so one reuse protects it).
+
+    Args:
+        protected_threshold: hits that move a node to the protected segment (>= 1).
+
+    Raises:
+        ValueError: ``protected_threshold`` not an integer >= 1.
+
+    Example:
+        >>> from kvlab.blockpool.radix_key import TreeNode
+        >>> node = TreeNode(node_id=1, now=5)
+        >>> node.hit_count = 2
+        >>> SLRUPolicy().get_priority(node)
+        (1, 5)
+    """
+
+    name = "slru"
+
+    def __init__(self, protected_threshold: int = 2) -> None:
+        if isinstance(protected_threshold, bool) or not isinstance(protected_threshold, int) \
+                or protected_threshold < 1:
+            raise ValueError(f"protected_threshold must be an integer >= 1, got {protected_threshold!r}")
+        self.protected_threshold = protected_threshold
+
+    def get_priority(self, node: TreeNode) -> Score:
+        """``(1 if hit_count >= protected_threshold else 0, last_access_time)``."""
+        return (1 if node.hit_count >= self.protected_threshold else 0, node.last_access_time)
+
+
+#: The policies by ``--radix-eviction-policy`` name.
+RADIX_POLICIES: dict[str, type] = {cls.name: cls for cls in (
+    LRUPolicy, LFUPolicy, FIFOPolicy, MRUPolicy, FILOPolicy, PriorityPolicy, SLRUPolicy)}
+
+
+def get_radix_policy(name: str) -> RadixEvictionPolicy:
+    """A fresh policy object by name (case-insensitive, as SGLang lower-cases it).
+
+    Models SGLang ``get_eviction_strategy``.
+
+    Raises:
+        ValueError: unknown name; the message lists the known names.
+
+    Example:
+        >>> get_radix_policy("LFU").name
+        'lfu'
+    """
+    policy = RADIX_POLICIES.get(name.lower()) if isinstance(name, str) else None
+    if policy is None:
+        raise ValueError(f"eviction_policy must be one of {list(RADIX_POLICIES)}, got {name!r}")
+    return policy()

@@ -1,0 +1,477 @@
+"""SGLang RadixCache model (docs/specs/engines.md §2.1, rules S1–S9): golden scenarios with
+exact node ids, slots, eviction orders and KV event ids; the bug-report lock cases; every
+eviction policy on one tree; namespaces; splits; de-duplication; page truncation; bad
+input."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from kvlab.blockpool.radix import MatchResult, RadixCache
+from kvlab.blockpool.radix_alloc import TokenSlotAllocator
+from kvlab.blockpool.radix_key import RadixKey
+from kvlab.blockpool.radix_policies import RADIX_POLICIES, SLRUPolicy, get_radix_policy
+from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored
+from kvlab.hashing.base import RequestExtras
+from kvlab.hashing.sglang_hash import SGLangHasher
+
+# SGLang event ids (page size 4, no namespace) of [1 2 3 4], then [5 6 7 8] or [9 10 11 12] after it.
+P1234 = -3488128144981237669
+P5678 = 5674439469042975057
+P9_12 = 2765072662650123319
+
+
+def check_counters(cache: RadixCache) -> None:
+    """Counters equal a recount from the tree; no lock count is negative."""
+    frame = cache.snapshot()
+    nodes = frame.filter(pl.col("depth") > 0)
+    evictable = nodes.filter(pl.col("lock_ref") == 0)["n_tokens"].sum()
+    protected = nodes.filter(pl.col("lock_ref") > 0)["n_tokens"].sum()
+    assert (frame["lock_ref"] >= 0).all()
+    assert frame.filter(pl.col("depth") == 0)["lock_ref"].to_list() == [1]
+    assert (cache.evictable_size(), cache.protected_size()) == (evictable, protected)
+    assert evictable + protected == cache.total_size() == nodes["n_tokens"].sum()
+    assert cache.evictable_size() >= 0 and cache.protected_size() >= 0
+
+
+def lock_refs(cache: RadixCache) -> dict[int, int]:
+    frame = cache.snapshot()
+    return dict(zip(frame["node_id"].to_list(), frame["lock_ref"].to_list()))
+
+
+def stored(block_id: int, parent: int | None, tokens: tuple[int, ...], lora_name: str | None = None) -> BlockStored:
+    return BlockStored(block_hashes=(block_id,), parent_block_hash=parent, token_ids=tokens,
+                       block_size=len(tokens), lora_id=None, medium="GPU", lora_name=lora_name)
+
+
+# ----- the bug-report cases -----------------------------------------------------------
+
+def test_bug_case_3_lock_covers_the_matched_node_and_its_ancestors() -> None:
+    cache = RadixCache(kv_pool_size=16)
+    a_slots = cache.allocator.alloc(4)
+    assert cache.insert([1, 2, 3, 4], a_slots) == 0
+    assert cache.insert(list(range(1, 9)), np.concatenate([a_slots, cache.allocator.alloc(4)])) == 4
+    hit = cache.match_prefix(list(range(1, 10)))
+    assert hit.indices.tolist() == [1, 2, 3, 4, 5, 6, 7, 8] and hit.prefix_len == 8
+    assert hit.last_node.node_id == 2 and hit.last_node.parent.node_id == 1
+    assert cache.inc_lock_ref(hit.last_node) == 8
+    assert cache.evict(100) == 0
+    assert lock_refs(cache) == {0: 1, 1: 1, 2: 1}
+    assert (cache.evictable_size(), cache.protected_size(), cache.allocator.available_size()) == (0, 8, 8)
+    check_counters(cache)
+    assert cache.dec_lock_ref(hit.last_node) == 8
+    assert lock_refs(cache) == {0: 1, 1: 0, 2: 0}
+    assert cache.evict(100) == 8
+    # Bn's slots go back first, then its parent A's (pushed when it became a leaf)
+    assert cache.allocator.free_slots().tolist() == [9, 10, 11, 12, 13, 14, 15, 16, 5, 6, 7, 8, 1, 2, 3, 4]
+    check_counters(cache)
+
+
+def test_bug_case_5_split_lock_short_insert_unlock_evict_page_size_4() -> None:
+    cache = RadixCache(page_size=4)
+    assert cache.insert(list(range(1, 9))) == 0
+    check_counters(cache)
+    assert cache.insert([1, 2, 3, 4, 9, 10, 11, 12]) == 4
+    assert cache.snapshot().select("node_id", "parent_id", "n_tokens").rows() == [
+        (0, None, 0), (2, 0, 4), (1, 2, 4), (3, 2, 4)]
+    check_counters(cache)
+    hit = cache.match_prefix([1, 2, 3, 4, 9, 10, 11, 12])
+    assert (hit.prefix_len, hit.last_node.node_id) == (8, 3)
+    assert cache.inc_lock_ref(hit.last_node) == 8
+    assert (cache.evictable_size(), cache.protected_size()) == (4, 8)
+    check_counters(cache)
+    assert cache.insert([1, 2, 3]) == 0  # shorter than a page: nothing, no error
+    assert cache.total_size() == 12
+    check_counters(cache)
+    assert cache.dec_lock_ref(hit.last_node) == 8
+    check_counters(cache)
+    assert cache.evict(12) == 12
+    assert (cache.total_size(), cache.evictable_size(), cache.protected_size()) == (0, 0, 0)
+    check_counters(cache)
+
+
+# ----- eviction policies ------------------------------------------------------------
+
+POLICY_ORDERS = {"lru": [4, 1, 2, 3], "mru": [3, 2, 1, 4], "fifo": [1, 2, 3, 4], "filo": [4, 3, 2, 1],
+                 "lfu": [4, 2, 3, 1], "priority": [4, 1, 3, 2], "slru": [4, 2, 1, 3]}
+
+
+@pytest.mark.parametrize("policy", list(RADIX_POLICIES))
+def test_each_policy_evicts_leaves_in_its_order(policy: str) -> None:
+    cache = RadixCache(eviction_policy=policy, enable_kv_cache_events=True)
+    cache.insert([1])               # t1  A
+    cache.insert([2], priority=9)   # t2  B
+    cache.insert([3])               # t3  C
+    cache.insert([4])               # t4  D
+    cache.insert([1])               # t5  A: 2 hits
+    cache.insert([1])               # t6  A: 3 hits
+    cache.match_prefix([2])         # t7  B touched (no hit counted)
+    cache.insert([3])               # t8  C: 2 hits
+    frame = cache.snapshot().filter(pl.col("depth") == 1).sort("node_id")
+    assert frame.select("first_tokens", "creation_time", "last_access_time", "hit_count", "priority").rows() == [
+        ("[1]", 1, 6, 3, 0), ("[2]", 2, 7, 1, 9), ("[3]", 3, 8, 2, 0), ("[4]", 4, 4, 1, 0)]
+    token_of = {e.block_hashes[0]: e.token_ids[0] for e in cache.take_events() if isinstance(e, BlockStored)}
+    assert cache.evict(4) == 4
+    assert [token_of[e.block_hashes[0]] for e in cache.take_events()] == POLICY_ORDERS[policy]
+
+
+def test_evict_one_token_frees_one_whole_node_lowest_score_first() -> None:
+    cache = RadixCache(eviction_policy="lfu")
+    cache.insert([1, 2, 3])
+    cache.insert([7, 8])
+    cache.insert([7, 8])
+    assert cache.evict(1) == 3  # granularity is a whole node: overshoots
+    assert cache.snapshot()["first_tokens"].to_list() == ["[]", "[7 8]"]
+    assert cache.evict(0) == 0
+
+
+def test_a_parent_left_childless_joins_the_same_eviction_heap() -> None:
+    cache = RadixCache(enable_kv_cache_events=True)
+    cache.insert([1, 2, 3, 4])  # t1
+    cache.insert([1, 2])        # t2: split, [1 2] #2 -> [3 4] #1, both stamped t2
+    cache.insert([9])           # t3
+    token_of = {e.block_hashes[0]: e.token_ids for e in cache.take_events() if isinstance(e, BlockStored)}
+    assert cache.evict(100) == 5
+    removed = [tuple(t for h in e.block_hashes for t in token_of[h]) for e in cache.take_events()]
+    assert removed == [(3, 4), (1, 2), (9,)]  # [1 2] (t2) is pushed and beats [9] (t3)
+
+
+def test_match_prefix_refreshes_recency_of_every_visited_node_and_the_root() -> None:
+    cache = RadixCache(enable_kv_cache_events=True)
+    cache.insert([1, 2, 3, 4])  # t1
+    cache.insert([1, 2])        # t2 split
+    cache.insert([9])           # t3
+    hit = cache.match_prefix([1, 2, 3, 4, 5])  # t4 visits root, [1 2], [3 4]
+    assert hit.prefix_len == 4 and cache.clock == 4
+    frame = cache.snapshot()
+    assert dict(zip(frame["first_tokens"], frame["last_access_time"])) == {"[]": 4, "[1 2]": 4, "[3 4]": 4, "[9]": 3}
+    h1, h2, h3, h4 = SGLangHasher(page_size=1).event_block_hashes([1, 2, 3, 4])
+    (h9,) = SGLangHasher(page_size=1).event_block_hashes([9])
+    cache.take_events()
+    assert cache.evict(100) == 5
+    assert [e.block_hashes for e in cache.take_events()] == [(h9,), (h3, h4), (h1, h2)]
+
+
+# ----- splits, namespaces, hits ------------------------------------------------------
+
+def test_split_upper_half_copies_lock_ref_hit_count_and_priority() -> None:
+    cache = RadixCache(page_size=4)
+    cache.insert(list(range(1, 9)), priority=3)  # t1: node #1, 1 hit
+    cache.insert(list(range(1, 9)))              # t2: 2 hits, priority stays 3
+    held = cache.match_prefix(list(range(1, 9)))  # t3
+    cache.inc_lock_ref(held.last_node)
+    hit = cache.match_prefix([1, 2, 3, 4, 99, 99, 99, 99])  # t4: ends inside #1 -> split
+    assert hit.indices.tolist() == [1, 2, 3, 4] and hit.last_node.node_id == 2
+    frame = cache.snapshot().select("node_id", "parent_id", "first_tokens", "lock_ref", "hit_count", "priority",
+                                    "last_access_time", "creation_time")
+    assert frame.rows() == [(0, None, "[]", 1, 0, 3, 4, 0),
+                            (2, 0, "[1 2 3 4]", 1, 2, 3, 4, 4),
+                            (1, 2, "[5 6 7 8]", 1, 2, 3, 4, 1)]
+    assert (cache.evictable_size(), cache.protected_size()) == (0, 8)
+    assert cache.dec_lock_ref(held.last_node) == 8
+    check_counters(cache)
+
+
+def test_insert_counts_hits_on_walked_nodes_but_not_for_chunked_steps() -> None:
+    cache = RadixCache()
+    cache.insert([1, 2], chunked=True)
+    cache.insert([1, 2, 3], chunked=True)
+    assert cache.snapshot()["hit_count"].to_list() == [0, 0, 0]
+    cache.insert([1, 2, 3])
+    cache.insert([1, 2, 5])  # splits nothing: [1 2] is its own node; new leaf [5]
+    assert cache.snapshot().select("first_tokens", "hit_count").rows() == [
+        ("[]", 0), ("[1 2]", 2), ("[3]", 1), ("[5]", 1)]
+
+
+def test_namespaces_never_match_each_other() -> None:
+    cache = RadixCache(enable_kv_cache_events=True)
+    cache.take_events()
+    assert cache.insert(RadixKey([1, 2, 3], extra_key="lora-a")) == 0
+    assert cache.match_prefix([1, 2, 3]).prefix_len == 0
+    assert cache.match_prefix(RadixKey([1, 2, 3], "lora-b")).last_node is cache.root
+    assert cache.match_prefix(RadixKey([1, 2, 3, 4], "lora-a")).indices.tolist() == [1, 2, 3]
+    assert cache.insert([1, 2, 3]) == 0
+    assert cache.total_size() == 6 and sorted(map(str, cache.root.children)) == ["('lora-a', 1)", "1"]
+    assert cache.snapshot()["first_tokens"].to_list() == ["[]", "lora-a:[1 2 3]", "[1 2 3]"]
+    hasher = SGLangHasher(page_size=1)
+    a_ids = hasher.event_block_hashes([1, 2, 3], RequestExtras(lora_name="lora-a"))
+    plain_ids = hasher.event_block_hashes([1, 2, 3])
+    assert a_ids == [-7561841190639055718, -6701250189338953919, -1701916035728534620]
+    assert plain_ids == [7470307888890966271, -1634645291211865391, 7325169757385981536]
+    events = cache.take_events()
+    assert [e.block_hashes[0] for e in events] == a_ids + plain_ids
+    assert [e.lora_name for e in events] == ["lora-a"] * 3 + [None] * 3
+    with pytest.raises(ValueError, match="different namespaces"):
+        RadixKey([1], "lora-a").match(RadixKey([1]))
+
+
+# ----- requests: de-duplication, page truncation -------------------------------------
+
+def test_finished_requests_free_duplicate_slots_de_duplication() -> None:
+    cache = RadixCache(kv_pool_size=32)
+    pool = cache.allocator
+    tokens = [1, 2, 3, 4, 5, 6]  # input [1..5], output [6]: 5 tokens have KV
+    r1, r2 = cache.match_prefix(tokens[:-1]), cache.match_prefix(tokens[:-1])
+    assert r1.last_node is r2.last_node is cache.root and r1.prefix_len == 0
+    own1, own2 = pool.alloc(5), pool.alloc(5)
+    assert (own1.tolist(), own2.tolist(), pool.available_size()) == ([1, 2, 3, 4, 5], [6, 7, 8, 9, 10], 22)
+    assert cache.cache_finished_req(tokens, own1, r1.last_node) == 0
+    assert cache.cache_finished_req(tokens, own2, r2.last_node) == 5  # r2's copy is a duplicate
+    assert pool.available_size() == 27 and pool.free_slots().tolist()[-5:] == [6, 7, 8, 9, 10]
+    assert cache.match_prefix(tokens).indices.tolist() == [1, 2, 3, 4, 5]
+    # a third request reuses the cached prefix and adds one token of its own
+    r3 = cache.match_prefix([1, 2, 3, 4, 5, 7])
+    cache.inc_lock_ref(r3.last_node)
+    own3 = pool.alloc(1)
+    assert cache.cache_finished_req([1, 2, 3, 4, 5, 7, 8], np.concatenate([r3.indices, own3]), r3.last_node) == 0
+    assert (cache.total_size(), cache.protected_size(), pool.available_size()) == (6, 0, 26)
+    assert pool.available_size() + cache.total_size() == 32
+    check_counters(cache)
+
+
+def test_finished_request_frees_the_unaligned_tail() -> None:
+    cache = RadixCache(page_size=4, kv_pool_size=32)
+    own = cache.allocator.alloc(10)  # 11 tokens, the last without KV
+    assert cache.cache_finished_req(list(range(1, 12)), own, cache.root) == 2
+    assert cache.allocator.free_slots().tolist()[-2:] == [9, 10]
+    assert (cache.total_size(), cache.allocator.available_size()) == (8, 24)
+    assert cache.match_prefix(list(range(1, 12))).indices.tolist() == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_page_size_truncates_lookups_and_inserts() -> None:
+    cache = RadixCache(page_size=4)
+    assert cache.match_prefix([1, 2, 3]) == MatchResult(cache.match_prefix([]).indices, cache.root, 0)
+    assert cache.clock == 0  # a lookup shorter than a page touches nothing
+    assert cache.insert([1, 2, 3, 4, 5, 6]) == 0
+    assert cache.total_size() == 4
+    assert cache.match_prefix([1, 2, 3, 4, 5, 6, 7]).prefix_len == 4
+    assert cache.insert([1, 2, 3, 4, 5, 6, 7, 9]) == 4
+    assert cache.match_prefix([1, 2, 3, 4, 5, 6, 7, 8]).prefix_len == 4  # a page counts only whole
+
+
+def test_create_simulated_uses_token_ids_as_values() -> None:
+    cache = RadixCache.create_simulated(page_size=2)
+    assert cache.allocator is None and cache.page_size == 2
+    cache.insert([7, 8, 9])
+    assert cache.match_prefix([7, 8, 9]).indices.tolist() == [7, 8]
+
+
+# ----- KV events ------------------------------------------------------------------------
+
+def test_events_for_insert_evict_reset_with_exact_ids() -> None:
+    assert SGLangHasher(page_size=4).event_block_hashes(range(1, 9)) == [P1234, P5678]
+    assert SGLangHasher(page_size=4).event_block_hashes([1, 2, 3, 4, 9, 10, 11, 12]) == [P1234, P9_12]
+    cache = RadixCache(page_size=4, enable_kv_cache_events=True)
+    assert cache.take_events() == [AllBlocksCleared()]  # SGLang's __init__ calls reset()
+    cache.insert(list(range(1, 9)))
+    assert cache.take_events() == [stored(P1234, None, (1, 2, 3, 4)), stored(P5678, P1234, (5, 6, 7, 8))]
+    cache.insert([1, 2, 3, 4, 9, 10, 11, 12])  # splits [1..8]: chained ids survive, nothing published
+    assert cache.take_events() == [stored(P9_12, P1234, (9, 10, 11, 12))]
+    assert cache.evict(4) == 4  # tie at t2: the lower node id (#1, [5..8]) goes first
+    assert cache.take_events() == [BlockRemoved(block_hashes=(P5678,), medium="GPU")]
+    assert cache.evict(100) == 8
+    assert cache.take_events() == [BlockRemoved((P9_12,), "GPU"), BlockRemoved((P1234,), "GPU")]
+    cache.insert([1, 2, 3, 4])
+    assert cache.reset() is True
+    assert cache.take_events() == [stored(P1234, None, (1, 2, 3, 4)), AllBlocksCleared()]
+    assert cache.take_events() == []
+
+
+def test_split_events_give_the_mid_2025_remove_then_store_both_halves() -> None:
+    cache = RadixCache(page_size=4, enable_kv_cache_events=True, split_events=True)
+    cache.insert(list(range(1, 9)))
+    cache.take_events()
+    cache.match_prefix([1, 2, 3, 4, 99, 99, 99, 99])
+    assert cache.take_events() == [BlockRemoved((P1234, P5678), "GPU"), stored(P1234, None, (1, 2, 3, 4)),
+                                   stored(P5678, P1234, (5, 6, 7, 8))]
+
+
+def test_multi_page_node_events_chain_through_the_parent() -> None:
+    cache = RadixCache(page_size=2, enable_kv_cache_events=True)
+    cache.insert([1, 2, 3, 4])
+    cache.insert([1, 2, 3, 4, 5, 6, 7, 8])
+    ids = SGLangHasher(page_size=2).event_block_hashes(range(1, 9))
+    assert cache.take_events()[1:] == [stored(ids[0], None, (1, 2)), stored(ids[1], ids[0], (3, 4)),
+                                       stored(ids[2], ids[1], (5, 6)), stored(ids[3], ids[2], (7, 8))]
+    cache.evict(100)
+    assert cache.take_events() == [BlockRemoved((ids[2], ids[3]), "GPU"), BlockRemoved((ids[0], ids[1]), "GPU")]
+
+
+def test_events_off_records_nothing() -> None:
+    cache = RadixCache()
+    cache.insert([1, 2])
+    cache.evict(2)
+    cache.reset()
+    assert cache.take_events() == []
+    assert cache.root.hash_value == [] and cache.snapshot().height == 1
+
+
+# ----- locks, reset, inspection --------------------------------------------------------
+
+def test_unlock_below_zero_raises_and_changes_nothing() -> None:
+    cache = RadixCache()
+    cache.insert([1, 2, 3])
+    node = cache.match_prefix([1, 2, 3]).last_node
+    with pytest.raises(RuntimeError, match="indicates a bug"):
+        cache.dec_lock_ref(node)
+    with pytest.raises(RuntimeError, match="indicates a bug"):
+        cache.cache_finished_req([1, 2, 3, 4], [1, 2, 3], node)
+    assert lock_refs(cache) == {0: 1, 1: 0} and cache.clock == 2
+    check_counters(cache)
+    assert cache.inc_lock_ref(cache.root) == 0 and cache.dec_lock_ref(cache.root) == 0
+
+
+def test_nested_locks_count_per_request() -> None:
+    cache = RadixCache()
+    cache.insert([1, 2, 3, 4])
+    cache.insert([1, 2, 9])
+    deep, shallow = cache.match_prefix([1, 2, 3, 4]).last_node, cache.match_prefix([1, 2]).last_node
+    assert cache.inc_lock_ref(deep) == 4 and cache.inc_lock_ref(shallow) == 0
+    assert lock_refs(cache) == {0: 1, 2: 2, 1: 1, 3: 0}  # [1 2] #2 -> [3 4] #1, [9] #3
+    assert cache.evict(100) == 1  # only [9]
+    assert cache.dec_lock_ref(deep) == 2 and cache.dec_lock_ref(shallow) == 2
+    check_counters(cache)
+
+
+def test_stale_and_foreign_nodes_are_rejected() -> None:
+    cache, other = RadixCache(), RadixCache()
+    cache.insert([1])
+    node = cache.match_prefix([1]).last_node
+    with pytest.raises(ValueError, match="node must be a node of this cache's tree"):
+        other.inc_lock_ref(node)
+    cache.evict(1)
+    with pytest.raises(ValueError, match="node must be a node of this cache's tree"):
+        cache.inc_lock_ref(node)
+    with pytest.raises(ValueError, match="last_node must be a node"):
+        cache.cache_finished_req([1, 2], [1], "root")
+
+
+def test_reset_is_refused_while_locked_and_returns_slots() -> None:
+    cache = RadixCache(kv_pool_size=8, enable_kv_cache_events=True)
+    cache.insert([1, 2, 3], cache.allocator.alloc(3))
+    old = cache.match_prefix([1, 2, 3]).last_node
+    cache.inc_lock_ref(old)
+    cache.take_events()
+    assert cache.reset() is False and cache.total_size() == 3 and cache.take_events() == []
+    cache.dec_lock_ref(old)
+    assert cache.reset() is True
+    assert (cache.total_size(), cache.allocator.available_size(), cache.root.node_id) == (0, 8, 2)
+    assert cache.take_events() == [AllBlocksCleared()]
+    with pytest.raises(ValueError, match="not from before a reset"):
+        cache.inc_lock_ref(old)
+
+
+def test_snapshot_pretty_and_repr() -> None:
+    cache = RadixCache(page_size=2, eviction_policy="slru")
+    cache.insert([1, 2, 3, 4, 5, 6, 7, 8, 9])
+    cache.insert([1, 2, 3, 4, 10, 11])
+    cache.inc_lock_ref(cache.match_prefix([1, 2, 3, 4, 10, 11]).last_node)
+    frame = cache.snapshot()
+    assert frame.schema == {"node_id": pl.Int64, "parent_id": pl.Int64, "depth": pl.Int64, "n_tokens": pl.Int64,
+                            "first_tokens": pl.String, "lock_ref": pl.Int64, "evictable": pl.Boolean,
+                            "last_access_time": pl.Int64, "hit_count": pl.Int64, "extra_key": pl.String,
+                            "priority": pl.Int64, "creation_time": pl.Int64}
+    assert frame.drop("extra_key", "priority").rows() == [
+        (0, None, 0, 0, "[]", 1, False, 3, 0, 0),
+        (2, 0, 1, 4, "[1 2 3 4]", 1, False, 3, 2, 2),
+        (1, 2, 2, 4, "[5 6 7 8]", 0, True, 2, 1, 1),
+        (3, 2, 2, 2, "[10 11]", 1, False, 3, 1, 2)]
+    assert cache.pretty() == ("root #0 r=1\n"
+                              "  [1 2 3 4] #2 r=1 hit=2 t=3\n"
+                              "    [5 6 7 8] #1 r=0 hit=1 t=2\n"
+                              "    [10 11] #3 r=1 hit=1 t=3\n"
+                              "tokens 10: evictable 4, protected 6")
+    assert repr(cache) == "RadixCache(page_size=2, eviction_policy='slru', tokens=10, evictable=4, protected=6)"
+    assert repr(cache.root.children[(1, 2)]) == "TreeNode(id=2, key=[1 2 3 4], lock_ref=1, hit_count=2)"
+    long_key = RadixKey(range(10), "ns")
+    assert repr(long_key) == "RadixKey(extra_key='ns', token_ids=[0 1 2 3 4 5 …])"
+
+
+# ----- policies registry, allocator, bad input ----------------------------------------
+
+def test_policy_registry_names_and_errors() -> None:
+    assert list(RADIX_POLICIES) == ["lru", "lfu", "fifo", "mru", "filo", "priority", "slru"]
+    assert all(get_radix_policy(name).name == name for name in RADIX_POLICIES)
+    with pytest.raises(ValueError, match=r"eviction_policy must be one of \['lru', 'lfu', 'fifo', 'mru', 'filo', "
+                                         r"'priority', 'slru'\], got 'arc'"):
+        RadixCache(eviction_policy="arc")
+    with pytest.raises(ValueError, match="got None"):
+        get_radix_policy(None)
+    with pytest.raises(ValueError, match="protected_threshold must be an integer >= 1, got 0"):
+        SLRUPolicy(protected_threshold=0)
+
+
+def test_allocator_reuse_order_and_double_free() -> None:
+    pool = TokenSlotAllocator(3)
+    assert pool.alloc(0).tolist() == [] and pool.alloc(4) is None
+    slots = pool.alloc(3)
+    pool.free(slots[::-1])
+    assert pool.free_slots().tolist() == [3, 2, 1]
+    for bad in ([1], [0], [4], [2.0]):
+        with pytest.raises(ValueError, match="indices must be"):
+            pool.free(bad)
+    pool.alloc(2)
+    with pytest.raises(ValueError, match="indices must be distinct"):
+        pool.free([3, 3])
+    assert repr(pool) == "TokenSlotAllocator(size=3, available=1)"
+    with pytest.raises(ValueError, match="size must be an integer >= 1, got 0"):
+        TokenSlotAllocator(0)
+    with pytest.raises(ValueError, match="need_size must be an integer >= 0, got -1"):
+        pool.alloc(-1)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"page_size": 0}, "page_size must be an integer >= 1, got 0"),
+    ({"kv_pool_size": 0}, "size must be an integer >= 1, got 0"),
+    ({"enable_kv_cache_events": 1}, "enable_kv_cache_events must be a bool, got 1"),
+    ({"split_events": "yes"}, "split_events must be a bool, got 'yes'"),
+])
+def test_bad_constructor_arguments(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RadixCache(**kwargs)
+
+
+def test_bad_calls_raise_value_error_naming_the_parameter() -> None:
+    cache = RadixCache(kv_pool_size=8)
+    slots = cache.allocator.alloc(3)
+    cases = [
+        (lambda: cache.insert([1, 2, 3]), "value is required when the cache has a KV pool"),
+        (lambda: cache.insert([1, 2, 3], slots[:2]), r"value must hold one slot per token of key \(3\), got 2"),
+        (lambda: cache.insert([1, 2], [7, 8]), r"value must hold distinct slots allocated .* got \[7, 8\]"),
+        (lambda: cache.insert([1, 2], [1, 1]), "value must hold distinct slots"),
+        (lambda: cache.insert([1], [-1]), "value must be a 1-D sequence of non-negative integer slots"),
+        (lambda: cache.insert([1], slots[:1], priority=1.5), "priority must be an integer, got 1.5"),
+        (lambda: cache.insert([1], slots[:1], chunked=None), "chunked must be a bool, got None"),
+        (lambda: cache.evict(-1), "num_tokens must be an integer >= 0, got -1"),
+        (lambda: cache.match_prefix("abc"), "key must be a RadixKey or a sequence of token ids"),
+        (lambda: cache.match_prefix([1, -2]), "token_ids must be >= 0"),
+        (lambda: RadixKey([1], extra_key=""), "extra_key must be a non-empty string or None, got ''"),
+        (lambda: RadixKey([1])[0], "index must be a slice with step 1, got 0"),
+        (lambda: cache.cache_finished_req([1, 2, 3], slots, cache.root), r"len\(key\) - 1 = 2 slots"),
+        (lambda: cache.cache_finished_req([], [], cache.root), "key must hold at least one token"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert cache.total_size() == 0 and cache.allocator.available_size() == 5
+
+
+def test_finished_request_must_continue_its_matched_path() -> None:
+    cache = RadixCache(kv_pool_size=16)
+    cache.insert(RadixKey([1, 2], "a"), cache.allocator.alloc(2))
+    hit = cache.match_prefix(RadixKey([1, 2, 3], "a"))
+    cache.inc_lock_ref(hit.last_node)
+    own = cache.allocator.alloc(1)
+    with pytest.raises(ValueError, match="last_node is in namespace 'a', key in None"):
+        cache.cache_finished_req([1, 2, 3, 4], np.concatenate([hit.indices, own]), hit.last_node)
+    with pytest.raises(ValueError, match="must be the start of key and kv_indices"):
+        cache.cache_finished_req(RadixKey([1, 5, 3, 4], "a"), np.concatenate([hit.indices, own]), hit.last_node)
+    with pytest.raises(ValueError, match="must be the start of key and kv_indices"):
+        cache.cache_finished_req(RadixKey([1, 2, 3, 4], "a"), np.concatenate([own, hit.indices]), hit.last_node)
+    assert (cache.total_size(), cache.protected_size(), cache.clock) == (2, 2, 2)
+    assert cache.cache_finished_req(RadixKey([1, 2, 3, 4], "a"), np.concatenate([hit.indices, own]),
+                                    hit.last_node, priority=5) == 0
+    assert cache.snapshot().select("first_tokens", "priority", "evictable").rows()[1:] == [
+        ("a:[1 2]", 5, True), ("a:[3]", 5, True)]
