@@ -10,7 +10,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def test_readme_python_example_runs(capsys) -> None:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert len(blocks) == 2 and len(blocks[0].strip().splitlines()) <= 12
+    assert len(blocks) == 3 and len(blocks[0].strip().splitlines()) <= 12
     namespace: dict = {}
     for block in blocks:  # run in order, in one namespace, as a reader would
         exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - our own README
@@ -21,3 +21,5 @@ def test_readme_python_example_runs(capsys) -> None:
     assert not set(namespace["salted"]) & set(namespace["vllm_keys"])
     assert namespace["vllm_trace"].frame["block_keys"].list.len().to_list() == [6, 3]
     assert namespace["coarse"].block_size == 32
+    assert [b.block_id for b in namespace["new_blocks"]] == [1, 2, 3, 4, 5] and namespace["hit_tokens"] == 0
+    assert namespace["run"].admitted.all()

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from kvlab.blockpool.manager import KVCacheManager, Request
 from kvlab.blockpool.pool import BlockPool
+from kvlab.blockpool.radix import RadixCache
 from kvlab.events.types import BlockRemoved
 from kvlab.hashing import vllm
 
@@ -107,3 +108,43 @@ def finish(manager: KVCacheManager, request: Request) -> str:
     manager.free(request)
     queue = [b.block_id for b in manager.block_pool.free_block_queue.get_all_free_blocks()]
     return f"blocks freed in reverse; free queue (head first) {queue}"
+
+
+def radix_growth_example(page_size: int = 4) -> Scenario:
+    """An SGLang radix tree growing, splitting, protecting and evicting (rules S2–S8).
+
+    Steps: insert ``[1..8]``; insert ``[1..4, 9..12]`` (the node splits after the first
+    page); match and lock ``[1..4, 9..12]``; evict everything (only the unlocked leaf
+    ``[5..8]`` goes); unlock; evict everything (leaf first, then its parent).
+
+    Raises:
+        ValueError: bad page size.
+    """
+    cache = RadixCache(page_size=page_size, kv_pool_size=64)
+    locked: list = []
+
+    def insert(tokens: list[int]) -> str:
+        slots = cache.allocator.alloc(len(tokens))
+        existing = cache.insert(tokens, slots)
+        cache.allocator.free(slots[:existing])  # the shared prefix was already cached
+        return f"{existing} tokens were already cached; tree holds {cache.total_size()} tokens"
+
+    def lock(tokens: list[int]) -> str:
+        hit = cache.match_prefix(tokens)
+        cache.inc_lock_ref(hit.last_node)
+        locked.append(hit.last_node)
+        return f"matched {hit.prefix_len} tokens and locked them: protected {cache.protected_size()}"
+
+    def unlock() -> str:
+        cache.dec_lock_ref(locked.pop())
+        return f"evictable {cache.evictable_size()}, protected {cache.protected_size()}"
+
+    def evict_all() -> str:
+        freed = cache.evict(cache.total_size())
+        return f"freed {freed} tokens; {cache.total_size()} remain ({cache.protected_size()} protected)"
+
+    a, b = list(range(1, 9)), [1, 2, 3, 4, 9, 10, 11, 12]
+    steps = [("insert [1..8]", lambda: insert(a)), ("insert [1..4, 9..12]", lambda: insert(b)),
+             ("match and lock [1..4, 9..12]", lambda: lock(b)), ("evict everything", evict_all),
+             ("unlock", unlock), ("evict everything", evict_all)]
+    return Scenario(f"SGLang radix cache, page size {page_size}", cache, steps)
