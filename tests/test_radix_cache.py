@@ -38,7 +38,7 @@ def check_counters(cache: RadixCache) -> None:
 
 def lock_refs(cache: RadixCache) -> dict[int, int]:
     frame = cache.snapshot()
-    return dict(zip(frame["node_id"].to_list(), frame["lock_ref"].to_list()))
+    return dict(zip(frame["node_id"].to_list(), frame["lock_ref"].to_list(), strict=True))
 
 
 def stored(block_id: int, parent: int | None, tokens: tuple[int, ...], lora_name: str | None = None) -> BlockStored:
@@ -146,7 +146,8 @@ def test_match_prefix_refreshes_recency_of_every_visited_node_and_the_root() -> 
     hit = cache.match_prefix([1, 2, 3, 4, 5])  # t4 visits root, [1 2], [3 4]
     assert hit.prefix_len == 4 and cache.clock == 4
     frame = cache.snapshot()
-    assert dict(zip(frame["first_tokens"], frame["last_access_time"])) == {"[]": 4, "[1 2]": 4, "[3 4]": 4, "[9]": 3}
+    touched = dict(zip(frame["first_tokens"], frame["last_access_time"], strict=True))
+    assert touched == {"[]": 4, "[1 2]": 4, "[3 4]": 4, "[9]": 3}
     h1, h2, h3, h4 = SGLangHasher(page_size=1).event_block_hashes([1, 2, 3, 4])
     (h9,) = SGLangHasher(page_size=1).event_block_hashes([9])
     cache.take_events()
@@ -474,4 +475,4 @@ def test_finished_request_must_continue_its_matched_path() -> None:
     assert cache.cache_finished_req(RadixKey([1, 2, 3, 4], "a"), np.concatenate([hit.indices, own]),
                                     hit.last_node, priority=5) == 0
     assert cache.snapshot().select("first_tokens", "priority", "evictable").rows()[1:] == [
-        ("a:[1 2]", 5, True), ("a:[3]", 5, True)]
+        ("a:[1 2]", 5, False), ("a:[3]", 5, True)]  # evictable = an unlocked leaf (a candidate now)

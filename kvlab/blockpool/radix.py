@@ -36,8 +36,9 @@ import numpy as np
 from kvlab.blockpool.radix_alloc import TokenSlotAllocator, check_slots
 from kvlab.blockpool.radix_key import RadixKey, TreeNode, as_radix_key
 from kvlab.blockpool.radix_policies import get_radix_policy
-from kvlab.blockpool.radix_tree import RadixTreeBase, check_bool, check_int
+from kvlab.blockpool.radix_tree import RadixTreeBase, check_bool
 from kvlab.blockpool.radix_view import iter_tree
+from kvlab.hashing.base import check_count
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -177,7 +178,9 @@ class RadixCache(RadixTreeBase):
         """
         key = as_radix_key(key)
         value = self._check_value(key, value)
-        priority = check_int("priority", priority, None)
+        if isinstance(priority, bool) or not isinstance(priority, (int, np.integer)):
+            raise ValueError(f"priority must be an integer, got {priority!r}")
+        priority = int(priority)
         check_bool("chunked", chunked)
         key = key.page_aligned(self.page_size)
         value = value[:len(key)]
@@ -306,7 +309,7 @@ class RadixCache(RadixTreeBase):
         Raises:
             ValueError: ``num_tokens`` not an integer >= 0.
         """
-        num_tokens = check_int("num_tokens", num_tokens, 0)
+        num_tokens = check_count(num_tokens, "num_tokens")
         heap = [self._heap_entry(n) for n in self._evictable_leaves.values()]
         heapq.heapify(heap)
         freed = 0

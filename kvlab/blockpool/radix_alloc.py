@@ -17,6 +17,8 @@ from collections import deque
 
 import numpy as np
 
+from kvlab.hashing.base import check_block_size, check_count
+
 
 class TokenSlotAllocator:
     """A pool of ``size`` KV slots, one per token.
@@ -25,10 +27,11 @@ class TokenSlotAllocator:
     is a return value (``alloc`` returns ``None``), as in SGLang.
 
     Args:
-        size: number of usable slots (>= 1); they are numbered ``1 .. size``.
+        size: number of usable slots (``1 <= size < 2**31``); they are numbered
+            ``1 .. size``.
 
     Raises:
-        ValueError: ``size`` not an integer >= 1.
+        ValueError: ``size`` not an integer in that range.
 
     Example:
         >>> pool = TokenSlotAllocator(4)
@@ -41,9 +44,7 @@ class TokenSlotAllocator:
     """
 
     def __init__(self, size: int) -> None:
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-            raise ValueError(f"size must be an integer >= 1, got {size!r}")
-        self.size = int(size)
+        self.size = check_block_size(size, "size")
         self._free = deque(range(1, self.size + 1))
         self._is_free = np.ones(self.size + 1, dtype=bool)
         self._is_free[0] = False
@@ -68,9 +69,7 @@ class TokenSlotAllocator:
         Raises:
             ValueError: ``need_size`` not an integer >= 0.
         """
-        if isinstance(need_size, bool) or not isinstance(need_size, (int, np.integer)) or need_size < 0:
-            raise ValueError(f"need_size must be an integer >= 0, got {need_size!r}")
-        if need_size > len(self._free):
+        if check_count(need_size, "need_size") > len(self._free):
             return None
         slots = np.array([self._free.popleft() for _ in range(need_size)], dtype=np.int64)
         self._is_free[slots] = False

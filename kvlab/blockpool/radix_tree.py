@@ -22,21 +22,10 @@ from kvlab.blockpool.radix_events import RadixEventRecorder
 from kvlab.blockpool.radix_key import RadixKey, TreeNode
 from kvlab.blockpool.radix_view import iter_tree, tree_frame, tree_text
 from kvlab.events.types import KVEvent
+from kvlab.hashing.base import check_block_size
 
 #: The root's priority: SGLang's ``-sys.maxsize`` (any real priority overrides it).
 ROOT_PRIORITY = -(2**63 - 1)
-
-
-def check_int(name: str, value: object, low: int | None) -> int:
-    """``value`` as an int (``>= low`` unless ``low`` is None).
-
-    Raises:
-        ValueError: not an integer (bools rejected) or below ``low``; names ``name``.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or (low is not None and value < low):
-        bound = "" if low is None else f" >= {low}"
-        raise ValueError(f"{name} must be an integer{bound}, got {value!r}")
-    return int(value)
 
 
 def check_bool(name: str, value: object) -> bool:
@@ -76,7 +65,7 @@ class RadixTreeBase:
     """
 
     def __init__(self, page_size: int = 1, enable_kv_cache_events: bool = False, split_events: bool = False) -> None:
-        self.page_size = check_int("page_size", page_size, 1)
+        self.page_size = check_block_size(page_size, "page_size")
         self.enable_kv_cache_events = check_bool("enable_kv_cache_events", enable_kv_cache_events)
         self.split_events = check_bool("split_events", split_events)
         self._events = RadixEventRecorder(enabled=self.enable_kv_cache_events, page_size=self.page_size)

@@ -4,9 +4,9 @@ The frame (:func:`tree_frame`) is what notebook tables and tree charts read; the
 (:func:`tree_text`) is SGLang's ``RadixCache.pretty_print`` with kvlab's fields::
 
     root #0 r=1
-      [1 2 3 4] #2 r=1 hit=2 t=4      key preview, node id, lock_ref, hit_count,
-        [5 6 7 8] #1 r=0 hit=1 t=4    last access tick; children indented
-        [9 10 11 12] #3 r=1 hit=1 t=4
+      [1 2 3 4] #2 r=1 hit=2 t=3      key preview, node id, lock_ref, hit_count,
+        [5 6 7 8] #1 r=0 hit=1 t=2    last access tick; children indented
+        [9 10 11 12] #3 r=1 hit=1 t=3
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ def tree_frame(root: TreeNode) -> pl.DataFrame:
     Columns (:data:`TREE_SCHEMA`): ``node_id``; ``parent_id`` (null for the root);
     ``depth`` (edges from the root); ``n_tokens``; ``first_tokens`` (a short preview,
     ``"[1 2 3 4 5 6 …]"``, prefixed ``"ns:"`` in a namespace); ``lock_ref``;
-    ``evictable`` (unlocked, so its tokens count as evictable; false for the root);
+    ``evictable`` (an eviction candidate now: an unlocked leaf, SGLang's
+    ``evictable_leaves``; inner unlocked nodes become candidates once their children go);
     ``last_access_time`` and ``creation_time`` (clock ticks); ``hit_count``;
     ``extra_key`` (null for the shared namespace); ``priority``.
 
@@ -77,7 +78,7 @@ def tree_frame(root: TreeNode) -> pl.DataFrame:
     """
     rows = [{"node_id": n.node_id, "parent_id": None if depth == 0 else n.parent.node_id, "depth": depth,
              "n_tokens": len(n.key), "first_tokens": _label(n), "lock_ref": n.lock_ref,
-             "evictable": depth > 0 and n.lock_ref == 0, "last_access_time": n.last_access_time,
+             "evictable": depth > 0 and n.lock_ref == 0 and not n.children, "last_access_time": n.last_access_time,
              "hit_count": n.hit_count, "extra_key": n.key.extra_key, "priority": n.priority,
              "creation_time": n.creation_time} for n, depth in iter_tree(root)]
     return pl.DataFrame(rows, schema=TREE_SCHEMA)
