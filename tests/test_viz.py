@@ -59,7 +59,7 @@ def test_block_pool_chart_from_a_real_pool() -> None:
     assert counts == {"in_use": 8, "cached_free": 1, "null": 1, "free": 1}
     queue = rows.filter(pl.col("queue_position").is_not_null()).sort("queue_position")["block_id"].to_list()
     assert queue == [7, 6]  # r1's partial block 7 (unhashed), then its cached block 6
-    with pytest.raises(ValueError, match="columns must be >= 1"):
+    with pytest.raises(ValueError, match="columns must be an integer >= 1"):
         block_pool_chart(scenario.model.block_pool, columns=0)
     with pytest.raises(ValueError, match="snapshot lacks column"):
         block_pool_chart(pl.DataFrame({"block_id": [0]}))

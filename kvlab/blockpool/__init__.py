@@ -1,16 +1,16 @@
 """Engine-faithful caches: vLLM v1's block pool and KV cache manager, SGLang's radix cache.
 
-==============================  =======================  ====================================================
+==============================  =======================  =======================================================
 layer                           what it cares about      in → out
-==============================  =======================  ====================================================
-:class:`KVCacheManager`         requests (vLLM)          lookup (last-token rule), admit, free, preempt, fork
+==============================  =======================  =======================================================
+:class:`KVCacheManager`         requests (vLLM)          lookup (last-token rule), admit, free, preempt; fork (oMLX)
 :class:`BlockPool`              physical blocks (vLLM)   ref counts, free queue = eviction order, hash map
 :class:`FreeKVCacheBlockQueue`  free blocks (vLLM)       O(1) intrusive list, head = next block handed out
 :class:`RadixCache`             token spans (SGLang)     match (splits, recency), insert, lock refs, evict
 ``radix_policies``              eviction score (SGLang)  node → sortable score (lru, lfu, fifo, mru, …)
 :func:`replay_requests`         a trace, one at a time   per-request hits through the vLLM manager
 ``scenarios``                   teaching steps           design-doc example, radix growth
-==============================  =======================  ====================================================
+==============================  =======================  =======================================================
 
 The rules are docs/specs/engines.md §1 (V1–V15) and §2.1 (S1–S9). These models run one
 operation at a time in Python, for stepping through and checking; the numba replay's

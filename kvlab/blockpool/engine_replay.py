@@ -54,7 +54,8 @@ def replay_requests(trace: Trace, *, capacity_blocks: int | None = None, free_or
     Args:
         trace: the workload; its block keys serve as vLLM block hashes.
         capacity_blocks: usable blocks (the pool gets one more: the null block);
-            ``None`` = enough for every request's blocks (no eviction).
+            ``None`` = enough for every request's blocks (no eviction); larger
+            capacities are clamped to that (they behave the same).
         free_order: ``"current"`` or ``"classic"`` (:class:`BlockPool`).
         enable_caching: prefix caching on or off.
 
@@ -74,10 +75,11 @@ def replay_requests(trace: Trace, *, capacity_blocks: int | None = None, free_or
         raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
     size = trace.block_size
     inputs = trace.frame["input_tokens"].to_numpy().astype(np.int64)
-    if capacity_blocks is None:
-        capacity_blocks = max(int((-(-inputs // size)).sum()), 1)
-    if isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, (int, np.integer)) or capacity_blocks < 1:
+    needed = max(int((-(-inputs // size)).sum()), 1)  # every block of every request: never evicts
+    if capacity_blocks is not None and (isinstance(capacity_blocks, bool)
+                                        or not isinstance(capacity_blocks, (int, np.integer)) or capacity_blocks < 1):
         raise ValueError(f"capacity_blocks must be an integer >= 1 or None, got {capacity_blocks!r}")
+    capacity_blocks = needed if capacity_blocks is None else min(int(capacity_blocks), needed)
     pool = BlockPool(int(capacity_blocks) + 1, enable_caching=enable_caching, free_order=free_order, block_size=size)
     manager = KVCacheManager(pool, block_size=size, enable_caching=enable_caching)
     hits = np.zeros(len(trace), dtype=np.int64)

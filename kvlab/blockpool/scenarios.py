@@ -68,7 +68,8 @@ def design_doc_example(free_order: str = "current") -> Scenario:
     request 2 (29 tokens, 12 shared) then hits 3 blocks and needs 5 more. In ``classic``
     free order it gets ``8 9 10 5 4`` and evicts cached block 4; in ``current`` order
     the partial blocks 7 and 5 were put at the head, it gets ``7 5 8 9 10`` and evicts
-    nothing.
+    nothing. The token counts are kvlab's (the doc lets request 0 decode into its
+    blocks); they give the doc's block layout and outcomes.
 
     Raises:
         ValueError: unknown free order.

@@ -40,8 +40,8 @@ def block_pool_chart(pool: object, *, columns: int = 16, title: str | None = Non
     Raises:
         ValueError: not a pool or snapshot, or missing columns, or ``columns < 1``.
     """
-    if columns < 1:
-        raise ValueError(f"columns must be >= 1, got {columns!r}")
+    if isinstance(columns, bool) or not isinstance(columns, int) or columns < 1:
+        raise ValueError(f"columns must be an integer >= 1, got {columns!r}")
     frame = _frame(pool, {"block_id", "state", "ref_cnt", "block_hash", "queue_position"}).with_columns(
         col=pl.col("block_id") % columns, row=pl.col("block_id") // columns,
         hash_hex=pl.col("block_hash").map_elements(lambda h: f"{h:016x}", return_dtype=pl.String))
@@ -134,6 +134,6 @@ def radix_tree_chart(cache: object, *, title: str | None = None) -> alt.LayerCha
         color=alt.Color("status:N", title=None, scale=alt.Scale(
             domain=["root", "locked", "evictable leaf", "inner"], range=["#333333", "#e76f51", "#2a9d8f", "#8a8a8a"])),
         tooltip=tooltip)
-    text = alt.Chart(frame).mark_text(dy=-14, fontSize=10).encode(x=x, y=y, text="first_tokens:N")
+    text = alt.Chart(frame).mark_text(align="left", dx=12, dy=-10, fontSize=10).encode(x=x, y=y, text="first_tokens:N")
     chart = alt.layer(lines, nodes, text).properties(width=520, height=60 * int(frame["depth"].max() + 1))
     return chart.properties(title=title) if title else chart
