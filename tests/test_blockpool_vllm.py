@@ -3,6 +3,7 @@ bug-report cases, fork / copy-on-write, elastic growth, events, dumps — exact 
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
@@ -390,6 +391,7 @@ def test_events_stored_with_parent_and_removed_on_lazy_eviction() -> None:
     assert events == [BlockRemoved([a.block_hashes[1]], medium="GPU"), BlockRemoved([a.block_hashes[0]], medium="GPU"),
                       BlockStored(block_hashes=[1, 2, 3], parent_block_hash=None, token_ids=[], block_size=4,
                                   lora_id=None, medium="GPU", lora_name=None)]
+    assert events[-1].token_ids == ()  # as Request.from_block_keys documents
     quiet = make_manager(4)
     admit(quiet, Request.from_block_keys("q", 8, [1, 2]))
     assert quiet.take_events() == []
@@ -482,8 +484,13 @@ def test_free_queue_guards_against_corruption() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"num_blocks": 0}, "num_blocks must be >= 1"),
-    ({"num_blocks": 2.0}, "num_blocks must be an integer >= 0, got 2.0"),
+    ({"num_blocks": 0}, "num_blocks must be an integer >= 1, got 0"),
+    ({"num_blocks": -1}, "num_blocks must be an integer >= 1, got -1"),
+    ({"num_blocks": 2.0}, "num_blocks must be an integer >= 1, got 2.0"),
+    ({"num_blocks": 2**31}, r"num_blocks must be below 2\*\*31, got 2147483648"),
+    ({"max_blocks": 2**31}, r"max_blocks must be below 2\*\*31, got 2147483648"),
+    ({"max_blocks": 0}, "max_blocks must be an integer >= 1, got 0"),
+    ({"enable_kv_cache_events": "yes"}, "enable_kv_cache_events must be a bool, got 'yes'"),
     ({"free_order": "lru"}, "free_order must be one of"),
     ({"enable_caching": 1}, "enable_caching must be a bool, got 1"),
     ({"block_size": 0}, "block_size must be an integer >= 1, got 0"),
@@ -527,8 +534,12 @@ def test_request_checks() -> None:
     assert len(request.block_hashes) == 2  # the partial-tail key is dropped
     with pytest.raises(ValueError, match=r"hasher must be a kvlab\.hashing BlockHasher"):
         Request.from_tokens("r", [1], hasher=object())
-    with pytest.raises(ValueError, match="num_tokens must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="num_tokens must be an integer >= 1, got 0"):
         Request.from_tokens("r", [], HASHER4)
+    with pytest.raises(ValueError, match="num_tokens must be an integer >= 1, got -2"):
+        Request.from_block_keys("r", -2, [])
+    with pytest.raises(ValueError, match="num_new_tokens must be an integer >= 1, got 0"):
+        Request.from_block_keys("k", 3, []).append_block_keys(0)
     with pytest.raises(ValueError, match=r"block_hashes\[1\] must be a u64 block key"):
         Request.from_block_keys("r", 8, [1, 2**64])
     with pytest.raises(ValueError, match="use append_block_keys"):
@@ -574,8 +585,9 @@ def test_manager_checks_request_and_arguments() -> None:
     with pytest.raises(ValueError, match="has 1 block keys but its 9 tokens make 2 full blocks of 4"):
         manager.allocate_slots(Request.from_block_keys("r", 9, [1]), 9)
     request = Request.from_block_keys("r", 9, [1, 2])
-    with pytest.raises(ValueError, match="num_new_tokens must be >= 1, got 0"):
-        manager.allocate_slots(request, 0)
+    for bad in (0, -3, 1.0):
+        with pytest.raises(ValueError, match=f"num_new_tokens must be an integer >= 1, got {bad}"):
+            manager.allocate_slots(request, bad)
     with pytest.raises(ValueError, match="goes past the end of request 'r'"):
         manager.allocate_slots(request, 10)
     with pytest.raises(ValueError, match="num_new_computed_tokens=4 but new_computed_blocks holds 0 blocks"):
@@ -605,3 +617,168 @@ def test_stats_record_checks() -> None:
     with pytest.raises(ValueError, match=r"num_hits must be <= num_tokens \(3\), got 4"):
         PrefixCacheStats().record(3, 4)
     assert PrefixCacheStats().hit_rate == 0.0
+
+
+# ---------------------------------------------------------------- misuse that used to corrupt the model
+
+
+def pool_with_two_in_use(**kwargs) -> BlockPool:
+    """5 blocks: 1 and 2 in use (1 cached under key 7), 3 and 4 free."""
+    pool = BlockPool(5, block_size=4, **kwargs)
+    table = pool.get_new_blocks(2)
+    pool.cache_full_blocks(table, [7], 0, 1)
+    return pool
+
+
+def frames(*pools: BlockPool) -> list[pl.DataFrame]:
+    return [p.snapshot() for p in pools]
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda pool, other: pool.touch([other.blocks[3]]),
+     r"blocks\[0\] \(block 3\) is not a block of this BlockPool"),
+    (lambda pool, other: pool.touch([pool.blocks[3], other.blocks[4]]),  # all or nothing: block 3 untouched
+     r"blocks\[1\] \(block 4\) is not a block of this BlockPool"),
+    (lambda pool, other: pool.touch([KVCacheBlock(3)]),  # an equal-looking block made by hand
+     r"blocks\[0\] \(block 3\) is not a block of this BlockPool"),
+    (lambda pool, other: pool.touch([KVCacheBlock(-1)]), r"blocks\[0\] \(block -1\) is not a block"),
+    (lambda pool, other: pool.touch([other.null_block]), r"blocks\[0\] \(block 0\) is not a block"),
+    (lambda pool, other: pool.touch([3]), r"blocks\[0\] must be a KVCacheBlock of this pool, got 3"),
+    (lambda pool, other: pool.touch(None), "blocks must be an iterable of KVCacheBlock, got None"),
+    (lambda pool, other: pool.free_blocks([other.blocks[1]]),
+     r"ordered_blocks\[0\] \(block 1\) is not a block of this BlockPool"),
+    (lambda pool, other: pool.free_blocks([pool.blocks[2], other.blocks[2]]),
+     r"ordered_blocks\[1\] \(block 2\) is not a block of this BlockPool"),
+    (lambda pool, other: pool.free_blocks([KVCacheBlock(9)]), r"ordered_blocks\[0\] \(block 9\) is not a block"),
+    (lambda pool, other: pool.free_blocks([None]), r"ordered_blocks\[0\] must be a KVCacheBlock .* got None"),
+    (lambda pool, other: pool.free_blocks(5), "ordered_blocks must be an iterable of KVCacheBlock, got 5"),
+    (lambda pool, other: pool.cache_full_blocks([pool.blocks[1], other.blocks[2]], [7, 8], 1, 2),
+     r"blocks\[1\] \(block 2\) is not a block of this BlockPool"),
+    (lambda pool, other: pool.cache_full_blocks([1], [8], 0, 1), r"blocks\[0\] must be a KVCacheBlock .* got 1"),
+    (lambda pool, other: pool.cache_full_blocks(None, [8], 0, 1), "blocks must be a sequence .* got None"),
+    (lambda pool, other: pool.cache_full_blocks([pool.blocks[2]], 8, 0, 1), "block_hashes must be a sequence"),
+    (lambda pool, other: pool.cache_full_blocks(pool.blocks[1:3], [7, 8], 2, 1),
+     "num_cached_blocks=2 exceeds num_full_blocks=1"),
+])
+def test_foreign_or_bad_blocks_are_rejected_and_change_nothing(call, message) -> None:
+    """Blocks of another pool used to be linked into this pool's queue (free count and
+    usage off, the other pool's list broken) or cached in its map; non-blocks raised
+    AttributeError / TypeError; counts out of order returned silently."""
+    pool, other = pool_with_two_in_use(), pool_with_two_in_use()
+    before = frames(pool, other)
+    with pytest.raises(ValueError, match=message):
+        call(pool, other)
+    for after, expected in zip(frames(pool, other), before, strict=True):
+        assert_frame_equal(after, expected)
+    assert (pool.get_num_free_blocks(), pool.get_usage(), other.get_num_free_blocks()) == (2, 0.5, 2)
+
+
+def test_own_blocks_still_pass_every_check() -> None:
+    pool = pool_with_two_in_use()
+    pool.touch([pool.null_block, pool.blocks[3]])
+    pool.cache_full_blocks(pool.blocks[1:3], np.array([7, 8], dtype=np.uint64), 1, 2)
+    pool.cache_full_blocks(pool.blocks[1:3], [7, 8], 2, 2)  # nothing new: a no-op
+    pool.free_blocks(b for b in (pool.blocks[3], pool.blocks[2], pool.blocks[1], pool.null_block))
+    assert [b.block_id for b in pool.free_block_queue.get_all_free_blocks()] == [3, 4, 2, 1]
+    assert pool.get_cached_block(8).block_id == 2
+
+
+def test_hits_must_be_the_requests_own_cached_blocks() -> None:
+    """allocate_slots used to check only the number of hits: any block was touched and
+    put in the table (the null block, another pool's, one twice, one with another key)."""
+    manager = make_manager(6)
+    pool = manager.block_pool
+    first = Request.from_block_keys("a", 9, [0xA, 0xB])
+    assert admit(manager, first) == [1, 2, 3]
+    manager.free(first)  # queue 3 4 5 1 2: blocks 1, 2 cached and free
+    request = Request.from_block_keys("b", 9, [0xA, 0xB])
+    other = make_manager(6).block_pool
+    before, stats = pool.snapshot(), vars(manager.prefix_cache_stats).copy()
+    for hits, message in (
+        ([pool.null_block], r"new_computed_blocks\[0\] \(block 0\) is the null block"),
+        ([other.blocks[1]], r"new_computed_blocks\[0\] \(block 1\) is not a block of this BlockPool"),
+        ([KVCacheBlock(1)], r"new_computed_blocks\[0\] \(block 1\) is not a block of this BlockPool"),
+        ([None], r"new_computed_blocks\[0\] must be a KVCacheBlock of this pool, got None"),
+        ([pool.blocks[1], pool.blocks[1]], r"new_computed_blocks\[1\] \(block 1\) is listed twice"),
+        ([pool.blocks[2]], r"\[0\] \(block 2\) holds hash 0xb but block 0 of request 'b' has key 0xa"),
+        ([pool.blocks[1], pool.blocks[3]], r"new_computed_blocks\[1\] \(block 3\) holds no hash but block 1"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            manager.allocate_slots(request, 1, 4 * len(hits), hits)
+        assert_frame_equal(pool.snapshot(), before)
+        assert vars(manager.prefix_cache_stats) == stats and request.num_computed_tokens == 0
+    with pytest.raises(ValueError, match="new_computed_blocks must be an iterable of KVCacheBlock, got None"):
+        manager.allocate_slots(request, 1, 0, None)
+    hits, num_hit_tokens = manager.get_computed_blocks(request)
+    assert ids(manager.allocate_slots(request, 1, num_hit_tokens, hits)) == [3]
+    assert manager.get_block_ids("b") == [1, 2, 3]
+
+
+def test_lookup_never_lists_a_block_twice() -> None:
+    """Keys that are not chained may repeat; every copy of key 7 was block 1's to a lookup,
+    so the hits listed it three times. The walk now ends at a repeated block."""
+    manager = make_manager(8)
+    first = Request.from_block_keys("a", 13, [7, 7, 7])
+    assert admit(manager, first) == [1, 2, 3, 4]
+    assert manager.block_pool.cached_block_hash_to_block[7].keys() == {1, 2, 3}  # no dedup (V8)
+    manager.free(first)
+    again = Request.from_block_keys("b", 13, [7, 7, 7])
+    hits, num_hit_tokens = manager.get_computed_blocks(again)
+    assert (ids(hits), num_hit_tokens) == ([1], 4)
+    assert ids(manager.allocate_slots(again, 9, num_hit_tokens, hits)) == [4, 5, 6]
+    assert [manager.block_pool.blocks[i].ref_cnt for i in range(1, 8)] == [1, 0, 0, 1, 1, 1, 0]
+
+
+def test_request_id_belongs_to_one_live_request() -> None:
+    """Block tables are keyed by id: a second Request with a running id used to hit an
+    "out of step" assertion (silent sharing under python -O), or free / preempt / fork the
+    first request's blocks."""
+    manager = make_manager(8)
+    first = Request.from_block_keys("a", 6, [0xA])
+    assert admit(manager, first) == [1, 2]
+    impostor = Request.from_block_keys("a", 6, [0xA])
+    before = manager.block_pool.snapshot()
+    message = "request id 'a' is already in use by another request"
+    for call in (lambda: manager.allocate_slots(impostor, 6), lambda: admit(manager, impostor),
+                 lambda: manager.free(impostor), lambda: manager.preempt(impostor),
+                 lambda: manager.fork(impostor, "c")):
+        with pytest.raises(ValueError, match=message):
+            call()
+        assert_frame_equal(manager.block_pool.snapshot(), before)
+        assert manager.get_block_ids("a") == [1, 2] and impostor.num_computed_tokens == 0
+    child = manager.fork(first, "c")
+    with pytest.raises(ValueError, match="request id 'c' is already in use by another request"):
+        manager.free(Request.from_block_keys("c", 6, [0xA]))
+    manager.free(child)
+    manager.free(first)  # the id is free again
+    assert admit(manager, impostor) == [2]
+    with pytest.raises(ValueError, match=message):
+        manager.free(first)
+    manager.preempt(impostor)  # preemption releases the id too
+    third = Request.from_block_keys("a", 6, [0xA])
+    assert admit(manager, third) == [2]
+    with pytest.raises(ValueError, match=message):
+        manager.allocate_slots(impostor, 2, 4, [manager.block_pool.blocks[1]])
+    assert manager.get_block_ids("a") == [1, 2]
+
+
+def test_computed_tokens_changed_outside_the_manager() -> None:
+    manager = make_manager(6)
+    request = Request.from_block_keys("r", 9, [1, 2])
+    admit(manager, request, budget=4)
+    request.num_computed_tokens = 8
+    with pytest.raises(ValueError, match=r"request 'r' has 8 computed tokens but its table holds 1 blocks of 4"):
+        manager.allocate_slots(request, 1)
+
+
+def test_enable_caching_is_compared_by_value() -> None:
+    """The manager compared flags by identity: np.True_ was 'not' the pool's True."""
+    manager = KVCacheManager(BlockPool(4, block_size=4), block_size=4, enable_caching=np.True_)
+    assert manager.enable_caching is True
+    pool = BlockPool(4, block_size=4, enable_caching=np.False_, enable_kv_cache_events=np.True_)
+    assert (pool.enable_caching, pool.enable_kv_cache_events) == (False, True)
+    assert KVCacheManager(pool, block_size=4, enable_caching=False).enable_caching is False
+    with pytest.raises(ValueError, match="enable_caching is False but the pool's is True"):
+        KVCacheManager(BlockPool(4, block_size=4), block_size=4, enable_caching=np.False_)
+    with pytest.raises(ValueError, match="enable_caching must be a bool, got 1"):
+        KVCacheManager(BlockPool(4, block_size=4), block_size=4, enable_caching=1)

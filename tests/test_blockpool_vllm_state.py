@@ -1,10 +1,13 @@
 """Hypothesis state machine over the vLLM v1 block pool + KV cache manager: random
 admissions (lookup + allocate), chunked prefill, decode, fork, free, preempt, evict and
-reset, with the pool's invariants checked after every step."""
+reset, plus misuse that must be rejected without a change (hits that are not the
+request's cached blocks, another pool's blocks, a second Request object under a running
+id), with the pool's invariants checked after every step."""
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import settings
@@ -12,6 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from polars.testing import assert_frame_equal
 
+from kvlab.blockpool.block import KVCacheBlock
 from kvlab.blockpool.manager import KVCacheManager, Request
 from kvlab.blockpool.pool import BlockPool
 
@@ -35,6 +39,8 @@ class BlockPoolMachine(RuleBasedStateMachine):
         self.pool = BlockPool(NUM_BLOCKS, block_size=BLOCK_SIZE, free_order=free_order, enable_caching=caching,
                               enable_kv_cache_events=True, max_blocks=MAX_BLOCKS if elastic else None)
         self.manager = KVCacheManager(self.pool, block_size=BLOCK_SIZE, enable_caching=caching)
+        self.other = BlockPool(NUM_BLOCKS, block_size=BLOCK_SIZE)  # its blocks must never be accepted
+        self.other.get_new_blocks(2)
 
     def _key(self, path: tuple[int, ...]) -> int:
         return self.keys.setdefault(path, 1000 + len(self.keys))
@@ -104,6 +110,58 @@ class BlockPoolMachine(RuleBasedStateMachine):
         request = self._pick(index, running=True)
         self.manager.preempt(request)
         assert request.num_computed_tokens == 0
+
+    def _rejected(self, call, message: str) -> None:
+        """``call`` must raise ValueError matching ``message`` and change nothing."""
+        before, other = self.pool.snapshot(), self.other.snapshot()
+        tables = {rid: self.manager.get_block_ids(rid) for rid in self.requests}
+        computed = {rid: r.num_computed_tokens for rid, r in self.requests.items()}
+        with pytest.raises(ValueError, match=message):
+            call()
+        assert_frame_equal(self.pool.snapshot(), before)
+        assert_frame_equal(self.other.snapshot(), other)
+        assert tables == {rid: self.manager.get_block_ids(rid) for rid in self.requests}
+        assert computed == {rid: r.num_computed_tokens for rid, r in self.requests.items()}
+
+    @precondition(lambda self: self.manager.enable_caching and self._names(running=False))
+    @rule(index=st.integers(0, 99), picks=st.lists(st.integers(0, MAX_BLOCKS - 1), min_size=1, max_size=4))
+    def admit_with_arbitrary_hits(self, index: int, picks: list[int]) -> None:
+        """Hits picked at random: accepted only when each is a distinct non-null block of
+        the pool holding the request's key at its position."""
+        request = self._pick(index, running=False)
+        hits = [self.pool.blocks[i % self.pool.num_blocks] for i in picks]
+        num_hit_tokens = len(hits) * BLOCK_SIZE
+        if num_hit_tokens >= request.num_tokens:
+            return
+        valid = (len({b.block_id for b in hits}) == len(hits) and not any(b.is_null for b in hits)
+                 and all(b.block_hash == k for b, k in zip(hits, request.block_hashes, strict=False)))
+        if not valid:
+            self._rejected(lambda: self.manager.allocate_slots(request, 1, num_hit_tokens, hits),
+                           r"new_computed_blocks\[\d\] \(block \d+\)")
+        elif self.manager.allocate_slots(request, 1, num_hit_tokens, hits) is not None:
+            assert request.num_computed_tokens == num_hit_tokens + 1
+
+    @rule(index=st.integers(0, 99), which=st.sampled_from(["other", "hand-made", "int"]),
+          op=st.sampled_from(["touch", "free", "cache"]))
+    def foreign_blocks(self, index: int, which: str, op: str) -> None:
+        block = {"other": self.other.blocks[1 + index % (NUM_BLOCKS - 1)],
+                 "hand-made": KVCacheBlock(index % NUM_BLOCKS), "int": index}[which]
+        calls = {"touch": lambda: self.pool.touch([block]), "free": lambda: self.pool.free_blocks([block]),
+                 "cache": lambda: self.pool.cache_full_blocks([block], [5], 0, 1)}
+        if op == "cache" and not self.manager.enable_caching:
+            return
+        self._rejected(calls[op], r"blocks\[0\] (\(block \d+\) is not a block of this|must be a KVCacheBlock)")
+
+    @precondition(lambda self: self._names(running=True))
+    @rule(index=st.integers(0, 99))
+    def impostor(self, index: int) -> None:
+        """A second Request object with a running request's id is refused everywhere."""
+        request = self._pick(index, running=True)
+        twin = replace(request, num_computed_tokens=0, block_hashes=list(request.block_hashes))
+        message = f"request id {request.request_id!r} is already in use by another request"
+        for call in (lambda: self.manager.allocate_slots(twin, 1), lambda: self.manager.free(twin),
+                     lambda: self.manager.preempt(twin), lambda: self.manager.fork(twin, self._new_id())):
+            self._rejected(call, message)
 
     @rule(block_ids=st.lists(st.integers(0, NUM_BLOCKS - 1), max_size=3))
     def evict(self, block_ids: list[int]) -> None:

@@ -311,17 +311,45 @@ def test_events_off_records_nothing() -> None:
 
 # ----- locks, reset, inspection --------------------------------------------------------
 
-def test_unlock_below_zero_raises_and_changes_nothing() -> None:
+def test_unlock_without_a_lock_is_a_caller_mistake_and_changes_nothing() -> None:
     cache = RadixCache()
     cache.insert([1, 2, 3])
     node = cache.match_prefix([1, 2, 3]).last_node
-    with pytest.raises(RuntimeError, match="indicates a bug"):
+    with pytest.raises(ValueError, match=r"node TreeNode\(id=1, .*\) is not locked \(lock_ref 0\)"):
         cache.dec_lock_ref(node)
-    with pytest.raises(RuntimeError, match="indicates a bug"):
+    with pytest.raises(ValueError, match=r"last_node TreeNode\(id=1, .*\) is not locked \(lock_ref 0\)"):
         cache.cache_finished_req([1, 2, 3, 4], [1, 2, 3], node)
     assert lock_refs(cache) == {0: 1, 1: 0} and cache.clock == 2
     check_counters(cache)
+    # the root's lock is permanent: locking / unlocking it (a request that matched nothing) is a no-op, as upstream
     assert cache.inc_lock_ref(cache.root) == 0 and cache.dec_lock_ref(cache.root) == 0
+    assert cache.dec_lock_ref(cache.root) == 0 and cache.root.lock_ref == 1
+
+
+def test_finishing_a_request_twice_is_a_caller_mistake() -> None:
+    cache = RadixCache(kv_pool_size=8)
+    cache.insert([1, 2], cache.allocator.alloc(2))
+    hit = cache.match_prefix([1, 2, 3])
+    cache.inc_lock_ref(hit.last_node)
+    kv = np.concatenate([hit.indices, cache.allocator.alloc(1)])
+    assert cache.cache_finished_req([1, 2, 3, 4], kv, hit.last_node) == 0
+    state = (cache.pretty(), cache.clock, cache.allocator.free_slots().tolist())
+    with pytest.raises(ValueError, match=r"last_node TreeNode\(id=1, .*\) is not locked \(lock_ref 0\): an unlock "
+                                         r"without a matching inc_lock_ref, or a request finished twice"):
+        cache.cache_finished_req([1, 2, 3, 4], kv, hit.last_node)
+    assert (cache.pretty(), cache.clock, cache.allocator.free_slots().tolist()) == state
+
+
+def test_a_locked_node_under_an_unlocked_ancestor_is_a_bug() -> None:
+    cache = RadixCache()
+    cache.insert([1, 2])
+    cache.insert([1, 2, 3])
+    deep = cache.match_prefix([1, 2, 3]).last_node
+    cache.inc_lock_ref(deep)
+    deep.parent.lock_ref = 0  # corrupt the tree: an ancestor must hold every lock of its subtree
+    with pytest.raises(RuntimeError, match="lock_ref of node 1 .* indicates a bug"):
+        cache.dec_lock_ref(deep)
+    assert deep.lock_ref == 1
 
 
 def test_nested_locks_count_per_request() -> None:
@@ -425,7 +453,8 @@ def test_allocator_reuse_order_and_double_free() -> None:
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"page_size": 0}, "page_size must be an integer >= 1, got 0"),
-    ({"kv_pool_size": 0}, "size must be an integer >= 1, got 0"),
+    ({"kv_pool_size": 0}, "^kv_pool_size must be an integer >= 1, got 0"),
+    ({"kv_pool_size": 2**31}, "^kv_pool_size must be below 2\\*\\*31"),
     ({"enable_kv_cache_events": 1}, "enable_kv_cache_events must be a bool, got 1"),
     ({"split_events": "yes"}, "split_events must be a bool, got 'yes'"),
 ])
@@ -476,3 +505,77 @@ def test_finished_request_must_continue_its_matched_path() -> None:
                                     hit.last_node, priority=5) == 0
     assert cache.snapshot().select("first_tokens", "priority", "evictable").rows()[1:] == [
         ("a:[1 2]", 5, False), ("a:[3]", 5, True)]  # evictable = an unlocked leaf (a candidate now)
+
+
+# ----- slot ownership, atomic eviction, int64 token ids -----------------------------------
+
+def test_insert_rejects_slots_the_tree_already_holds_under_another_key() -> None:
+    cache = RadixCache(kv_pool_size=8)
+    pool = cache.allocator
+    slots = pool.alloc(4)
+    assert cache.insert([1, 2, 3, 4], slots) == 0
+    with pytest.raises(ValueError, match=r"value holds slots \[1, 2, 3, 4\] that the tree already holds"):
+        cache.insert([9, 9, 9, 9], slots)
+    own = pool.alloc(2)  # [5, 6]
+    with pytest.raises(ValueError, match=r"value holds slots \[4\] that the tree already holds"):
+        cache.insert([1, 2, 7, 8], [1, 2, own[0], 4])  # new part [7 8] must not reuse the tree's slot 4
+    with pytest.raises(ValueError, match=r"value must hold distinct slots allocated .* not allocated \[7\]"):
+        cache.insert([5, 6], [own[0], 7])
+    assert (cache.pretty(), cache.clock, pool.available_size()) == (
+        "root #0 r=1\n  [1 2 3 4] #1 r=0 hit=1 t=1\ntokens 4: evictable 4, protected 0", 1, 2)
+    # the matched part may carry the tree's own slots (cache_finished_req passes them)
+    assert cache.insert([1, 2, 7, 8], [1, 2, *own]) == 2
+    assert cache.tree_slots.owned().tolist() == [1, 2, 3, 4, 5, 6]
+    assert cache.evict(100) == 6
+    assert pool.free_slots().tolist() == [7, 8, 3, 4, 5, 6, 1, 2]
+    assert cache.tree_slots.owned().tolist() == [] and cache.total_size() == 0
+
+
+def test_finished_request_must_not_pass_the_trees_slots_as_its_own() -> None:
+    cache = RadixCache(kv_pool_size=8)
+    tree = cache.allocator.alloc(3)
+    cache.insert([1, 2, 3], tree)
+    # a request that matched nothing (root) claims the tree's slots as its own KV
+    with pytest.raises(ValueError, match=r"kv_indices holds slots \[1, 2, 3\] that the tree already holds"):
+        cache.cache_finished_req([1, 2, 3, 4], tree, cache.root)
+    assert cache.allocator.available_size() == 5 and cache.tree_slots.owned().tolist() == [1, 2, 3]
+    assert cache.match_prefix([1, 2, 3]).indices.tolist() == [1, 2, 3]
+
+
+def test_evict_and_reset_check_every_slot_before_freeing_any() -> None:
+    cache = RadixCache(kv_pool_size=8, enable_kv_cache_events=True)
+    cache.insert([1, 2], cache.allocator.alloc(2))
+    cache.insert([3, 4], cache.allocator.alloc(2))
+    cache.take_events()
+    cache.match_prefix([3, 4]).last_node.value = np.array([1, 4])  # corrupt: slot 1 in two nodes
+    state = (cache.pretty(), cache.allocator.free_slots().tolist(), cache.evictable_size())
+    with pytest.raises(RuntimeError, match=r"evict would free slots \[1, 2, 1, 4\] .* indicates a bug"):
+        cache.evict(100)
+    with pytest.raises(RuntimeError, match=r"reset would free slots \[1, 2, 1, 4\] .* indicates a bug"):
+        cache.reset()
+    assert (cache.pretty(), cache.allocator.free_slots().tolist(), cache.evictable_size()) == state
+    assert cache.take_events() == []
+
+
+BIG = 2**63 + 5
+
+
+def test_token_ids_must_fit_int64() -> None:
+    cache = RadixCache()
+    message = r"key token ids must be < 2\*\*63 \(SGLang token ids are int64\), got 9223372036854775813"
+    for call in (lambda: cache.insert([1, BIG]), lambda: cache.match_prefix([BIG]),
+                 lambda: cache.insert(RadixKey([BIG], "a"), [3]),
+                 lambda: cache.cache_finished_req([1, BIG], [1], cache.root)):
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert (cache.clock, cache.total_size()) == (0, 0)
+    assert cache.insert([2**63 - 1]) == 0
+    assert cache.match_prefix([2**63 - 1]).indices.tolist() == [2**63 - 1]
+
+
+def test_a_key_shorter_than_a_page_inserts_nothing_but_ticks_and_stamps_the_root() -> None:
+    cache = RadixCache(page_size=4)
+    cache.insert([1, 2, 3, 4])
+    assert cache.insert([1, 2, 3], priority=7) == 0
+    assert cache.clock == 2 and cache.snapshot().select("first_tokens", "last_access_time", "priority").rows() == [
+        ("[]", 2, 7), ("[1 2 3 4]", 1, 0)]

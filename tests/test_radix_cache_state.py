@@ -3,13 +3,13 @@
 Rules: insert random keys (a 4-token alphabet, two namespaces), start requests (match +
 lock + allocate, evicting for room as SGLang's scheduler does), finish them
 (``cache_finished_req``) or abort them (unlock + free), plain lookups, evictions of random
-sizes, resets when idle; page sizes 1 and 4, every policy, split events on or off.
+sizes, resets when idle, inserts that wrongly reuse the tree's slots (refused, no change); page sizes 1 and 4, every policy, split events on or off.
 
 Invariants after every step: lock refs >= 0 and equal to the running requests whose
 matched path passes through the node; evictable + protected == total tokens, both equal a
 recount; residency prefix-closed (every node's parent chain reaches the root, every
 running request's node is in the tree); slots conserved (tree + requests' own + free ==
-the pool, no slot twice); the event-fed index equals the tree's page ids.
+the pool, no slot twice; the cache's record of held slots is the tree's); the event-fed index equals the tree's page ids.
 """
 
 from __future__ import annotations
@@ -117,6 +117,24 @@ class RadixCacheMachine(RuleBasedStateMachine):
         self.cache.allocator.free(req.kv[req.prefix_len:])
 
     @rule(data=st.data())
+    def insert_with_the_trees_slots(self, data: st.DataObject) -> None:
+        """A caller mistake: slots the tree holds given for new tokens. Refused with
+        nothing changed; accepted only when no token of the key is new."""
+        held = self.cache.tree_slots.owned()
+        key = self.draw_key(data, min_size=1)
+        if len(held) < len(key):
+            return
+        slots = data.draw(st.permutations(held.tolist()))[:len(key)]
+        before = (self.cache.pretty(), self.cache.clock, self.cache.allocator.free_slots().tolist())
+        try:
+            prefix_len = self.cache.insert(key, slots)
+        except ValueError as error:
+            assert "that the tree already holds" in str(error)
+            assert (self.cache.pretty(), self.cache.clock, self.cache.allocator.free_slots().tolist()) == before
+        else:
+            assert prefix_len == len(key) // self.cache.page_size * self.cache.page_size
+
+    @rule(data=st.data())
     def lookup(self, data: st.DataObject) -> None:
         hit = self.cache.match_prefix(self.draw_key(data))
         assert hit.prefix_len == len(hit.indices) and hit.prefix_len % self.cache.page_size == 0
@@ -176,6 +194,7 @@ class RadixCacheMachine(RuleBasedStateMachine):
         own = [int(s) for req in self.running for s in req.kv[req.prefix_len:]]
         free = self.cache.allocator.free_slots().tolist()
         assert sorted(tree + own + free) == list(range(1, POOL_SLOTS + 1))
+        assert self.cache.tree_slots.owned().tolist() == sorted(tree)
 
     @invariant()
     def event_fed_index_equals_the_tree(self) -> None:

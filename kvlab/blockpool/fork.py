@@ -1,10 +1,12 @@
 """Fork and copy-on-write for :class:`~kvlab.blockpool.manager.KVCacheManager` (oMLX design).
 
-Models jundot/omlx ``omlx/cache/paged_cache.py :: PagedCacheManager.fork_block_table``
-(a child shares every block of its parent by reference count) and ``_cow_copy_block`` (a
-shared block is copied before it is written). vLLM v1 has no fork: its partial blocks are
-never cached, so they are never shared. Only a partially filled last block is ever
-written, so only it is copied::
+Not vLLM: vLLM v1 does not fork (its partial blocks are never cached, so they are never
+shared, and nothing is ever copied). This module models the oMLX design instead, jundot/omlx
+``omlx/cache/paged_cache.py :: PagedCacheManager.fork_block_table`` (a child shares every
+block of its parent by reference count) and ``_cow_copy_block`` (a shared block is copied
+before it is written) — as the elastic pool of :class:`~kvlab.blockpool.pool.BlockPool`
+models oMLX's ``_grow_blocks``. Only a partially filled last block is ever written, so only
+it is copied::
 
     parent "p" (6 tokens, B=4): [1: full, hashed][2: 2 tokens]
     fork -> child "c":          [1][2]            refs 2, 2
@@ -22,6 +24,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from kvlab.blockpool.checks import check_owner
+
 if TYPE_CHECKING:
     from kvlab.blockpool.block import KVCacheBlock
     from kvlab.blockpool.manager import Request
@@ -29,7 +33,8 @@ if TYPE_CHECKING:
 
 
 class ForkMixin:
-    """The fork / copy-on-write part of :class:`~kvlab.blockpool.manager.KVCacheManager`.
+    """The fork / copy-on-write part of :class:`~kvlab.blockpool.manager.KVCacheManager`,
+    from oMLX (vLLM v1 does not fork).
 
     A mixin over the manager's block tables; not used on its own.
 
@@ -51,6 +56,7 @@ class ForkMixin:
     block_size: int
     _req_to_blocks: dict[str, list[KVCacheBlock]]
     _num_cached_block: dict[str, int]
+    _owners: dict[str, Request]
 
     def fork(self, request: Request, new_request_id: str) -> Request:
         """A child of a running request sharing all its blocks by reference count.
@@ -62,10 +68,12 @@ class ForkMixin:
         gets a private copy.
 
         Raises:
-            ValueError: ``request`` does not fit the manager or holds no blocks, or
-                ``new_request_id`` is invalid or already holds blocks.
+            ValueError: ``request`` does not fit the manager, holds no blocks or has an
+                id held by another live :class:`~kvlab.blockpool.manager.Request` object,
+                or ``new_request_id`` is invalid or already holds blocks.
         """
         self._check_request(request)  # type: ignore[attr-defined]
+        check_owner(self._owners, request)
         table = self._req_to_blocks.get(request.request_id)
         if not table:
             raise ValueError(f"request {request.request_id!r} holds no blocks; only a running request can be forked")
@@ -76,6 +84,7 @@ class ForkMixin:
         self.block_pool.touch(table)
         self._req_to_blocks[new_request_id] = list(table)
         self._num_cached_block[new_request_id] = self._num_cached_block[request.request_id]
+        self._owners[new_request_id] = child
         return child
 
     def _needs_copy(self, request: Request) -> bool:

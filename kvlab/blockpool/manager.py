@@ -5,18 +5,33 @@ KV-cache group (``UnitaryKVCacheCoordinator`` + ``FullAttentionManager``;
 docs/specs/engines.md §1, rules V4–V8, V11, V14). kvlab folds in the one piece of
 scheduler bookkeeping the rules depend on: a successful :meth:`KVCacheManager.allocate_slots`
 advances ``request.num_computed_tokens`` and records prefix-cache stats at admission.
-Fork with copy-on-write comes from oMLX and lives in :mod:`kvlab.blockpool.fork`.
+
+Fork with copy-on-write is not vLLM's — vLLM v1 does not fork (its partial blocks are
+never shared). It comes from the oMLX design (jundot/omlx ``omlx/cache/paged_cache.py``)
+and lives in :mod:`kvlab.blockpool.fork`; the elastic pool
+(:class:`~kvlab.blockpool.pool.BlockPool` ``max_blocks``) comes from the same design.
+
+Unlike vLLM, the manager checks its callers (:mod:`kvlab.blockpool.checks`): prefix-hit
+blocks must be the request's own cached blocks, and a request id belongs to one live
+:class:`Request` object at a time (until it is freed or preempted).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from kvlab.blockpool.block import KVCacheBlock
+from kvlab.blockpool.checks import (
+    block_list,
+    check_allocation,
+    check_flag,
+    check_group_block_sizes,
+    check_owner,
+    check_positive,
+)
 from kvlab.blockpool.fork import ForkMixin
 from kvlab.blockpool.pool import BlockPool, check_block_key
 from kvlab.blockpool.stats import PrefixCacheStats
@@ -51,7 +66,7 @@ class Request:
     """
 
     request_id: str
-    """Unique id; the manager keys block tables by it."""
+    """Unique id; the manager keys block tables by it (one live object per id)."""
     num_tokens: int
     """Tokens so far (prompt plus appended output), >= 1."""
     block_hashes: list[int]
@@ -72,8 +87,7 @@ class Request:
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not self.request_id:
             raise ValueError(f"request_id must be a non-empty string, got {self.request_id!r}")
-        if check_count(self.num_tokens, "num_tokens") < 1:
-            raise ValueError(f"num_tokens must be >= 1, got {self.num_tokens!r}")
+        check_positive(self.num_tokens, "num_tokens")
         self.block_hashes = [check_block_key(h, f"block_hashes[{i}]") for i, h in enumerate(self.block_hashes)]
         if self.block_size is not None and len(self.block_hashes) != self.num_tokens // self.block_size:
             raise ValueError(f"block_hashes has {len(self.block_hashes)} keys but {self.num_tokens} tokens make "
@@ -108,6 +122,8 @@ class Request:
 
         Pass one key per full block (``num_tokens // block_size`` keys; drop a trace's
         partial-tail key); the manager checks the count against its block size at use.
+        No tokens are known, so the ``BlockStored`` events its blocks cause carry
+        ``token_ids=()`` (the keys, parent key and block size only).
 
         Raises:
             ValueError: a bad id, length or key.
@@ -137,12 +153,11 @@ class Request:
 
         Raises:
             ValueError: the request has tokens (use :meth:`append_tokens`),
-                ``num_new_tokens < 1`` or a bad key.
+                ``num_new_tokens`` not an integer >= 1, or a bad key.
         """
         if self.token_ids is not None:
             raise ValueError(f"request {self.request_id!r} has token ids; use append_tokens")
-        if check_count(num_new_tokens, "num_new_tokens") < 1:
-            raise ValueError(f"num_new_tokens must be >= 1, got {num_new_tokens!r}")
+        check_positive(num_new_tokens, "num_new_tokens")
         keys = [check_block_key(k, f"block_keys[{i}]") for i, k in enumerate(block_keys)]
         self.num_tokens += num_new_tokens
         self.block_hashes.extend(keys)
@@ -155,19 +170,20 @@ class KVCacheManager(ForkMixin):
     (V6); :meth:`allocate_slots` is all-or-nothing (V7); a finished or preempted request
     frees its blocks in reverse (V4, V14); stats are recorded once per admission (V11);
     :meth:`~kvlab.blockpool.fork.ForkMixin.fork` shares a running request's blocks with
-    copy-on-write (oMLX).
+    copy-on-write (from oMLX; vLLM v1 does not fork).
 
     Args:
         pool: the block pool (its ``block_size`` and ``enable_caching`` must match).
         block_size: tokens per block.
-        enable_caching: prefix caching on.
+        enable_caching: prefix caching on; a Python or numpy bool, compared by value.
         group_block_sizes: block sizes of the model's KV-cache groups, if known; only one
             distinct size (= ``block_size``) is accepted.
 
     Raises:
-        ValueError: a mismatch with the pool, or several distinct group block sizes —
-            vLLM's hybrid coordinator would align every hit to their LCM, so a short
-            prompt could never hit (vLLM-Ascend issue #16270); kvlab models one group.
+        ValueError: ``enable_caching`` not a bool, a mismatch with the pool, or several
+            distinct group block sizes — vLLM's hybrid coordinator would align every
+            hit to their LCM, so a short prompt could never hit (vLLM-Ascend issue
+            #16270); kvlab models one group.
 
     Example:
         >>> manager = KVCacheManager(BlockPool(8, block_size=4), block_size=4)
@@ -188,27 +204,19 @@ class KVCacheManager(ForkMixin):
         self.block_size = check_block_size(block_size)
         if self.block_size != pool.block_size:
             raise ValueError(f"block_size is {block_size} but the pool's block_size is {pool.block_size}")
-        if enable_caching is not pool.enable_caching:
-            raise ValueError(f"enable_caching is {enable_caching!r} but the pool's is {pool.enable_caching!r}")
+        enable_caching = check_flag(enable_caching, "enable_caching")
+        if enable_caching != pool.enable_caching:
+            raise ValueError(f"enable_caching is {enable_caching} but the pool's is {pool.enable_caching}")
         if group_block_sizes is not None:
-            self._check_groups(group_block_sizes)
+            check_group_block_sizes(group_block_sizes, self.block_size)
         self.block_pool = pool
         self.enable_caching = enable_caching
         self.prefix_cache_stats = PrefixCacheStats()
         """Counters since the last :meth:`make_prefix_cache_stats`."""
         self._req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self._num_cached_block: dict[str, int] = {}
-
-    def _check_groups(self, group_block_sizes: Iterable[int]) -> None:
-        sizes = sorted({check_block_size(s, "group_block_sizes[]") for s in group_block_sizes})
-        if len(sizes) > 1:
-            lcm = math.lcm(*sizes)
-            raise ValueError(f"group_block_sizes has {len(sizes)} distinct block sizes {sizes}: vLLM would align "
-                             f"every prefix hit to their LCM ({lcm} tokens), so a prompt of {lcm} tokens or fewer "
-                             f"could never hit (vLLM-Ascend issue #16270); kvlab models one KV-cache group, pass "
-                             f"one block size")
-        if sizes != [self.block_size]:
-            raise ValueError(f"group_block_sizes must hold block_size ({self.block_size}) only, got {sizes}")
+        self._owners: dict[str, Request] = {}
+        """Request id → the Request object holding the blocks under that id."""
 
     def _check_request(self, request: Request) -> None:
         if not isinstance(request, Request):
@@ -230,7 +238,9 @@ class KVCacheManager(ForkMixin):
         chained keys left to right, stopping at the first miss, over at most
         ``(num_tokens - 1) // block_size`` blocks — the last token is always recomputed,
         so a fully cached 32-token prompt with 16-token blocks hits 16 tokens. Pure:
-        nothing is touched; empty when caching is off.
+        nothing is touched; empty when caching is off. The blocks are always valid hits
+        for :meth:`allocate_slots`: a key repeated within the request (never the case
+        for chained keys) ends the walk rather than list one block twice.
 
         Raises:
             ValueError: ``request`` does not fit this manager's block size.
@@ -238,12 +248,14 @@ class KVCacheManager(ForkMixin):
         self._check_request(request)
         if not self.enable_caching:
             return [], 0
-        blocks = []
+        blocks: list[KVCacheBlock] = []
+        seen: set[int] = set()
         for key in request.block_hashes[: (request.num_tokens - 1) // self.block_size]:
             block = self.block_pool.get_cached_block(key)
-            if block is None:
+            if block is None or block.block_id in seen:
                 break
             blocks.append(block)
+            seen.add(block.block_id)
         return blocks, len(blocks) * self.block_size
 
     def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
@@ -268,11 +280,12 @@ class KVCacheManager(ForkMixin):
         filled and shared (after a fork), the first new block becomes its private copy.
 
         Args:
-            request: the request.
-            num_new_tokens: tokens to compute this step (>= 1).
+            request: the request; its id must not be held by another live request.
+            num_new_tokens: tokens to compute this step (an integer >= 1).
             num_new_computed_tokens: prefix-hit tokens (new requests only), a multiple of
                 the block size.
-            new_computed_blocks: the hit blocks from :meth:`get_computed_blocks`.
+            new_computed_blocks: the hit blocks from :meth:`get_computed_blocks`: hit
+                ``i`` must be a block of this pool holding ``request.block_hashes[i]``.
 
         Returns:
             The newly allocated blocks (a copy-on-write copy first), or ``None`` when they
@@ -280,11 +293,14 @@ class KVCacheManager(ForkMixin):
 
         Raises:
             ValueError: bad counts, hits for a running request or with caching off, hits
-                not matching ``num_new_computed_tokens``, more tokens than the request
-                has, or a request whose computed tokens have no blocks (freed).
+                not matching ``num_new_computed_tokens``, a hit that is not this pool's,
+                is the null block, is listed twice or does not hold the request's key at
+                its position, more tokens than the request has, a request whose computed
+                tokens have no blocks (freed) or do not match its table, or a request id
+                held by another live :class:`Request` object.
         """
-        hits = list(new_computed_blocks)
-        total = self._check_allocation(request, num_new_tokens, num_new_computed_tokens, hits)
+        hits = block_list(new_computed_blocks, "new_computed_blocks")
+        total = check_allocation(self, request, num_new_tokens, num_new_computed_tokens, hits)
         rid, size = request.request_id, self.block_size
         table = self._req_to_blocks.get(rid, [])
         num_new = -(-total // size) - len(table) - len(hits)
@@ -298,6 +314,7 @@ class KVCacheManager(ForkMixin):
         table = self._req_to_blocks.setdefault(rid, [])
         if not table:
             self._num_cached_block[rid] = len(hits)
+            self._owners[rid] = request
         table.extend(hits)
         if copy:
             self._copy_last_block(rid, new_blocks[0])
@@ -308,31 +325,6 @@ class KVCacheManager(ForkMixin):
         if admitted and self.enable_caching:
             self.prefix_cache_stats.record(request.num_tokens, num_new_computed_tokens, request.num_preemptions > 0)
         return new_blocks
-
-    def _check_allocation(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int,
-                          hits: list[KVCacheBlock]) -> int:
-        """Validate an :meth:`allocate_slots` call; the request's computed tokens after it."""
-        self._check_request(request)
-        rid, computed = request.request_id, request.num_computed_tokens
-        if check_count(num_new_tokens, "num_new_tokens") < 1:
-            raise ValueError(f"num_new_tokens must be >= 1, got {num_new_tokens!r}")
-        num_new_computed_tokens = check_count(num_new_computed_tokens, "num_new_computed_tokens")
-        table = self._req_to_blocks.get(rid, [])
-        if (table or computed) and (hits or num_new_computed_tokens):
-            raise ValueError(f"request {rid!r} already has computed tokens; only a new request takes prefix hits")
-        if hits and not self.enable_caching:
-            raise ValueError("new_computed_blocks must be empty with caching disabled")
-        if len(hits) * self.block_size != num_new_computed_tokens:
-            raise ValueError(f"num_new_computed_tokens={num_new_computed_tokens} but new_computed_blocks holds "
-                             f"{len(hits)} blocks of {self.block_size} tokens")
-        if computed and not table:
-            raise ValueError(f"request {rid!r} has {computed} computed tokens but no blocks (freed?)")
-        total = computed + num_new_computed_tokens + num_new_tokens
-        if total > request.num_tokens:
-            raise ValueError(f"num_new_tokens={num_new_tokens} goes past the end of request {rid!r}: "
-                             f"{computed} + {num_new_computed_tokens} computed, {request.num_tokens} tokens")
-        assert len(table) == -(-computed // self.block_size), f"table of {rid!r} out of step"
-        return total
 
     def _cache_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache the blocks full within the first ``num_tokens`` tokens (vLLM
@@ -352,12 +344,15 @@ class KVCacheManager(ForkMixin):
         is evicted first. A request holding no blocks is a no-op.
 
         Raises:
-            ValueError: ``request`` is not a :class:`Request`.
+            ValueError: ``request`` is not a :class:`Request`, or its id is held by
+                another live :class:`Request` object (nothing is freed then).
         """
         if not isinstance(request, Request):
             raise ValueError(f"request must be a Request, got {type(request).__name__}")
+        check_owner(self._owners, request)
         blocks = self._req_to_blocks.pop(request.request_id, [])
         self._num_cached_block.pop(request.request_id, None)
+        self._owners.pop(request.request_id, None)
         self.block_pool.free_blocks(reversed(blocks))
 
     def preempt(self, request: Request) -> None:
@@ -367,8 +362,11 @@ class KVCacheManager(ForkMixin):
         ``num_preemptions += 1``; on re-admission its stats go to the preempted counters.
 
         Raises:
-            ValueError: ``request`` holds no blocks (it is not running).
+            ValueError: ``request`` holds no blocks (it is not running), or its id is
+                held by another live :class:`Request` object.
         """
+        if isinstance(request, Request):
+            check_owner(self._owners, request)
         if not isinstance(request, Request) or request.request_id not in self._req_to_blocks:
             raise ValueError(f"request {getattr(request, 'request_id', request)!r} holds no blocks; only a running "
                              f"request can be preempted")

@@ -7,6 +7,11 @@ the head of the free queue; freed blocks go back at the head or the tail dependi
 out again, when it is evicted lazily. Block keys are u64 ints from any
 :mod:`kvlab.hashing` profile, or given directly.
 
+The elastic pool (``max_blocks``) is not vLLM's: vLLM v1 sizes its pool once at start-up.
+It comes from the oMLX design (jundot/omlx ``omlx/cache/paged_cache.py``), as do fork and
+copy-on-write (:mod:`kvlab.blockpool.fork`). Unlike vLLM, every method that takes blocks
+checks that they are this pool's own (:mod:`kvlab.blockpool.checks`).
+
 ==============  ==========================================================================
 ``free_order``  where blocks whose ``ref_cnt`` drops to 0 go (rule V4)
 ==============  ==========================================================================
@@ -25,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from kvlab.blockpool.block import FreeKVCacheBlockQueue, KVCacheBlock
+from kvlab.blockpool.checks import block_list, check_flag, check_num_blocks, check_own_blocks, check_sized
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from kvlab.hashing.base import U64_MASK, check_block_size, check_count
 
@@ -53,8 +59,9 @@ class BlockPool:
     Several blocks may hold the same hash (no de-duplication, V8); a lookup returns the
     first inserted copy still cached, as vLLM's dict does.
 
-    Elastic growth (from oMLX ``omlx/cache/paged_cache.py :: PagedCacheManager
-    ._grow_blocks``): with ``max_blocks > num_blocks``, :meth:`get_new_blocks` asked for
+    Elastic growth — an oMLX feature, not vLLM's (jundot/omlx
+    ``omlx/cache/paged_cache.py :: PagedCacheManager._grow_blocks``; a vLLM v1 pool has
+    a fixed size): with ``max_blocks > num_blocks``, :meth:`get_new_blocks` asked for
     more blocks than are free creates the shortfall as new blocks with fresh ids
     (``num_blocks``, ``num_blocks + 1`` …) instead of failing, up to ``max_blocks``
     blocks in all. The pool grows only when the free queue cannot cover a request, so
@@ -62,15 +69,21 @@ class BlockPool:
     :meth:`get_usage` is relative to the current size.
 
     Args:
-        num_blocks: blocks at start-up, including the null block (>= 1).
-        enable_caching: prefix caching on (vLLM ``enable_prefix_caching``).
+        num_blocks: blocks at start-up, including the null block (an integer in
+            ``[1, 2**31)``).
+        enable_caching: prefix caching on (vLLM ``enable_prefix_caching``); a Python or
+            numpy bool.
         free_order: ``"classic"`` or ``"current"`` (module table; rule V4).
         block_size: tokens per block; the ``block_size`` of ``BlockStored`` events.
-        enable_kv_cache_events: queue KV events for :meth:`take_events`.
-        max_blocks: elastic ceiling (>= ``num_blocks``); ``None`` for a fixed pool.
+        enable_kv_cache_events: queue KV events for :meth:`take_events` (a bool).
+        max_blocks: elastic ceiling (an integer in ``[num_blocks, 2**31)``); ``None`` for
+            a fixed pool.
 
     Raises:
-        ValueError: an invalid argument, naming it and its value.
+        ValueError: an invalid argument, naming it and its value. The methods taking
+            blocks raise ``ValueError`` naming the block when one is not this pool's
+            (another pool's, made by hand, or not a :class:`KVCacheBlock`); nothing is
+            changed then.
 
     Example:
         >>> pool = BlockPool(5, block_size=4)
@@ -86,21 +99,15 @@ class BlockPool:
 
     def __init__(self, num_blocks: int, *, enable_caching: bool = True, free_order: str = "current",
                  block_size: int = 16, enable_kv_cache_events: bool = False, max_blocks: int | None = None) -> None:
-        if check_count(num_blocks, "num_blocks") < 1:
-            raise ValueError(f"num_blocks must be >= 1 (block 0 is the null block), got {num_blocks!r}")
+        num_blocks, max_blocks = check_num_blocks(num_blocks, max_blocks)
         if free_order not in FREE_ORDERS:
             raise ValueError(f"free_order must be one of {FREE_ORDERS}, got {free_order!r}")
-        for name, flag in (("enable_caching", enable_caching), ("enable_kv_cache_events", enable_kv_cache_events)):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{name} must be a bool, got {flag!r}")
-        if max_blocks is not None and (check_count(max_blocks, "max_blocks") < num_blocks):
-            raise ValueError(f"max_blocks must be None or >= num_blocks ({num_blocks}), got {max_blocks!r}")
-        self.enable_caching = enable_caching
+        self.enable_caching = check_flag(enable_caching, "enable_caching")
         self.free_order = free_order
         self.block_size = check_block_size(block_size)
-        self.enable_kv_cache_events = enable_kv_cache_events
-        self.max_blocks = int(num_blocks if max_blocks is None else max_blocks)
-        self.blocks = [KVCacheBlock(i) for i in range(int(num_blocks))]
+        self.enable_kv_cache_events = check_flag(enable_kv_cache_events, "enable_kv_cache_events")
+        self.max_blocks = max_blocks
+        self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
         """Every block, indexed by id (grows with an elastic pool)."""
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block: dict[int, dict[int, KVCacheBlock]] = {}
@@ -136,29 +143,38 @@ class BlockPool:
         (``None`` from block 0) and the blocks' tokens when ``token_ids`` is given.
 
         Args:
-            blocks: a request's block table.
+            blocks: a request's block table (a sequence).
             block_hashes: the request's u64 keys, one per full block (at least
-                ``num_full_blocks``).
+                ``num_full_blocks``; a sequence or array).
             num_cached_blocks: leading blocks already cached.
             num_full_blocks: full blocks to be cached after the call.
             token_ids: all the request's tokens, or ``None`` (events then carry none).
 
         Raises:
-            ValueError: caching disabled; counts out of order or beyond ``blocks`` /
-                ``block_hashes`` / ``token_ids``; a bad key; a block to cache that is the
-                null block, free (``ref_cnt == 0``) or already hashed.
+            ValueError: caching disabled; ``blocks`` / ``block_hashes`` / ``token_ids``
+                not a sequence; ``num_cached_blocks > num_full_blocks``, or counts beyond
+                ``blocks`` / ``block_hashes`` / ``token_ids``; a bad key; a block to cache
+                that is not this pool's, is the null block, is free (``ref_cnt == 0``) or
+                is already hashed. Nothing is changed then; equal counts are a no-op.
         """
         if not self.enable_caching:
             raise ValueError("cache_full_blocks needs enable_caching=True")
+        check_sized(blocks, "blocks")
+        check_sized(block_hashes, "block_hashes")
+        if token_ids is not None:
+            check_sized(token_ids, "token_ids")
         num_cached_blocks = check_count(num_cached_blocks, "num_cached_blocks")
         num_full_blocks = check_count(num_full_blocks, "num_full_blocks")
         if num_full_blocks > min(len(blocks), len(block_hashes)):
             raise ValueError(f"num_full_blocks={num_full_blocks} exceeds len(blocks)={len(blocks)} or "
                              f"len(block_hashes)={len(block_hashes)}")
-        if num_cached_blocks >= num_full_blocks:
+        if num_cached_blocks > num_full_blocks:
+            raise ValueError(f"num_cached_blocks={num_cached_blocks} exceeds num_full_blocks={num_full_blocks}")
+        if num_cached_blocks == num_full_blocks:
             return
         keys = [check_block_key(h, f"block_hashes[{i}]") for i, h in enumerate(block_hashes[:num_full_blocks])]
-        new_blocks = blocks[num_cached_blocks:num_full_blocks]
+        new_blocks = list(blocks[num_cached_blocks:num_full_blocks])
+        check_own_blocks(self.blocks, new_blocks, "blocks", start=num_cached_blocks)
         for i, block in enumerate(new_blocks, start=num_cached_blocks):
             problem = ("is the null block" if block.is_null else "is free (ref_cnt 0)" if block.ref_cnt == 0
                        else f"already holds hash {block.block_hash:#x}" if block.block_hash is not None else "")
@@ -193,6 +209,7 @@ class BlockPool:
         Raises:
             ValueError: ``num_blocks`` is not an integer >= 0 or exceeds
                 :meth:`get_num_available_blocks`.
+            RuntimeError: a block taken from the free queue has a non-zero ref count (a bug).
         """
         num_blocks = check_count(num_blocks, "num_blocks")
         if num_blocks > self.get_num_available_blocks():
@@ -207,7 +224,8 @@ class BlockPool:
         for block in out:
             if self.enable_caching:
                 self._maybe_evict_cached_block(block)
-            assert block.ref_cnt == 0, f"free block {block.block_id} has ref_cnt {block.ref_cnt}"
+            if block.ref_cnt != 0:
+                raise RuntimeError(f"free block {block.block_id} has ref_cnt {block.ref_cnt}; this indicates a bug")
             block.ref_cnt = 1
         return out
 
@@ -233,8 +251,12 @@ class BlockPool:
         skipped (its ref count is not maintained).
 
         Raises:
+            ValueError: ``blocks`` is not an iterable of this pool's blocks (naming the
+                first offending block); nothing is touched then.
             RuntimeError: a block with ``ref_cnt == 0`` is not in the free queue (a bug).
         """
+        blocks = block_list(blocks, "blocks")
+        check_own_blocks(self.blocks, blocks, "blocks")
         for block in blocks:
             if block.is_null:
                 continue
@@ -250,10 +272,13 @@ class BlockPool:
         go depends on ``free_order`` (module table). The null block is skipped.
 
         Raises:
-            ValueError: a block listed more times than its ``ref_cnt`` (a double free);
-                nothing is changed then.
+            ValueError: ``ordered_blocks`` is not an iterable of this pool's blocks
+                (naming the first offending block), or lists a block more times than its
+                ``ref_cnt`` (a double free); nothing is changed then.
         """
-        listed = [b for b in ordered_blocks if not b.is_null]
+        given = block_list(ordered_blocks, "ordered_blocks")
+        check_own_blocks(self.blocks, given, "ordered_blocks")
+        listed = [b for b in given if not b.is_null]
         times = Counter(b.block_id for b in listed)
         for block in listed:
             if times[block.block_id] > block.ref_cnt:

@@ -20,25 +20,37 @@ per-instance counter, and eviction ties (same score, same tick) go to the lower 
 KV events (rule S9, ``enable_kv_cache_events``; ids and format in
 :mod:`kvlab.blockpool.radix_events`): ``BlockStored`` per page of a new leaf,
 ``BlockRemoved`` per evicted node, ``AllBlocksCleared`` on reset and at construction
-(SGLang's ``__init__`` calls ``reset``). A split publishes nothing: page ids are chained,
-so they survive it (SGLang PRs #13488, #14934). ``split_events=True`` restores the
-mid-2025 remove(old node) + store(upper half) + store(lower half) that spec S9 describes.
+(SGLang's ``__init__`` calls ``reset``). By default a split emits **no** events, as in
+current SGLang (PRs #13488, #14934: chained page ids survive a split);
+docs/specs/engines.md S9 describes the mid-2025 behaviour — remove(old node) + store(both
+halves) — which ``split_events=True`` restores. Not modelled: S5's
+``cache_unfinished_req`` (chunked prefill; ``insert(..., chunked=True)`` is its insert).
+
+Checks SGLang does not make (its callers are trusted): with a KV pool the cache records
+which slots the tree holds (:class:`~kvlab.blockpool.radix_alloc.TreeSlots`) and refuses
+new tokens whose slots the tree already holds or that are not allocated, so no slot sits
+in two nodes; eviction and reset check every slot before freeing any. Token ids must
+fit int64 (``< 2**63``), as SGLang's do.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
-from kvlab.blockpool.radix_alloc import TokenSlotAllocator, check_slots
+from kvlab.blockpool.radix_alloc import (
+    TokenSlotAllocator,
+    TreeSlots,
+    check_insert_value,
+    check_slots,
+)
 from kvlab.blockpool.radix_key import RadixKey, TreeNode, as_radix_key
 from kvlab.blockpool.radix_policies import get_radix_policy
-from kvlab.blockpool.radix_tree import RadixTreeBase, check_bool
+from kvlab.blockpool.radix_tree import RadixTreeBase, check_bool, check_priority
 from kvlab.blockpool.radix_view import iter_tree
-from kvlab.hashing.base import check_count
+from kvlab.hashing.base import check_block_size, check_count
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -65,7 +77,12 @@ class RadixCache(RadixTreeBase):
 
     Models SGLang ``RadixCache`` (rules S1–S9). Without ``kv_pool_size`` values default
     to the token ids, as in SGLang's ``create_simulated``; with it, values are slots of
-    :attr:`allocator` and every freed token goes back to it.
+    :attr:`allocator` and every freed token goes back to it. Token ids must be
+    ``< 2**63`` (SGLang's are int64; larger ones are refused, never stored).
+
+    By default a node split emits **no** KV events (current SGLang, PRs #13488 /
+    #14934); spec S9's mid-2025 remove + store events need ``split_events=True``. S5's
+    ``cache_unfinished_req`` (chunked prefill) is not modelled.
 
     Args:
         page_size: tokens per page (SGLang ``--page-size``, >= 1); lookups and inserts
@@ -73,12 +90,15 @@ class RadixCache(RadixTreeBase):
         eviction_policy: a name of :data:`~kvlab.blockpool.radix_policies.RADIX_POLICIES`.
         kv_pool_size: slots of the simulated pool, or ``None`` for no pool.
         enable_kv_cache_events: record KV events for :meth:`take_events`.
-        split_events: publish remove + store events on a node split (mid-2025 SGLang).
+        split_events: publish remove + store events on a node split (mid-2025 SGLang,
+            spec S9); the default ``False`` publishes nothing then (current SGLang).
 
     Attributes:
         policy: the eviction policy object (``policy.name`` is its name).
         allocator: the :class:`~kvlab.blockpool.radix_alloc.TokenSlotAllocator`, or
             ``None`` without ``kv_pool_size``.
+        tree_slots: the :class:`~kvlab.blockpool.radix_alloc.TreeSlots` record of the
+            slots the tree holds, or ``None`` without ``kv_pool_size``.
         root, clock: see :class:`~kvlab.blockpool.radix_tree.RadixTreeBase`.
 
     Raises:
@@ -105,7 +125,11 @@ class RadixCache(RadixTreeBase):
     def __init__(self, page_size: int = 1, eviction_policy: str = "lru", kv_pool_size: int | None = None,
                  enable_kv_cache_events: bool = False, *, split_events: bool = False) -> None:
         self.policy = get_radix_policy(eviction_policy)
-        self.allocator = None if kv_pool_size is None else TokenSlotAllocator(kv_pool_size)
+        if kv_pool_size is None:
+            self.allocator = self.tree_slots = None
+        else:
+            self.allocator = TokenSlotAllocator(check_block_size(kv_pool_size, "kv_pool_size"))
+            self.tree_slots = TreeSlots(self.allocator)
         super().__init__(page_size, enable_kv_cache_events, split_events)
 
     @classmethod
@@ -132,7 +156,8 @@ class RadixCache(RadixTreeBase):
         and the upper half is ``last_node``. Only the key's namespace is searched (S1).
 
         Raises:
-            ValueError: ``key`` neither a :class:`RadixKey` nor a token sequence.
+            ValueError: ``key`` neither a :class:`RadixKey` nor a token sequence, or a
+                token id ``>= 2**63`` (nothing changes).
         """
         key = as_radix_key(key).page_aligned(self.page_size)
         if len(key) == 0:
@@ -157,33 +182,46 @@ class RadixCache(RadixTreeBase):
         """Insert ``key`` with KV slots ``value``; return the prefix length already cached.
 
         Models SGLang ``RadixCache.insert`` / ``_insert_helper`` (rule S4): the key is cut
-        to a page multiple (a key shorter than a page inserts nothing); the root and
-        every walked node get ``last_access_time = now`` and ``priority = max(...)``;
-        walked nodes get ``hit_count += 1`` unless ``chunked``; a partial match splits;
-        the rest becomes a new leaf (``hit_count`` 1, or 0 when chunked). The caller
-        still owns ``value[:returned]`` (duplicates of cached slots) and the unaligned
-        tail; :meth:`cache_finished_req` frees them.
+        to a page multiple; the clock ticks and the root gets ``last_access_time = now``
+        and ``priority = max(root's, priority)``; every walked node gets the same, plus
+        ``hit_count += 1`` unless ``chunked``; a partial match splits; the rest becomes a
+        new leaf (``hit_count`` 1, or 0 when chunked). A key shorter than a page (or
+        empty) adds no node and returns 0, but — as upstream, whose helper stamps the
+        root before it looks at the key — still ticks the clock and stamps the root.
+        The caller still owns ``value[:returned]`` (duplicates of cached slots) and the
+        unaligned tail; :meth:`cache_finished_req` frees them.
 
         Args:
             key: the tokens (and namespace).
             value: ``int[len(key)]`` KV slots of those tokens; ``None`` means the token
-                ids themselves (only without a KV pool).
+                ids themselves (only without a KV pool). With a pool, the slots for the
+                tokens new to the tree must be the caller's own: allocated, not held by
+                the tree (the matched part may repeat the tree's slots).
             priority: request priority (any int; higher survives ``priority`` eviction).
             chunked: a chunked-prefill step (no hit counting).
 
         Raises:
-            ValueError: a bad key, priority or flag; ``value`` missing while the cache
-                has a KV pool, of another length than ``key``, or holding slots that are
-                not allocated from the pool.
+            ValueError: a bad key (a token id ``>= 2**63`` included), priority or flag;
+                ``value`` missing while the cache has a KV pool, of another length than
+                ``key``, holding repeated slots or slots not allocated from the pool, or
+                giving the new part of the key slots the tree already holds (names
+                them). Nothing changes then, not even the clock.
+
+        Example:
+            >>> cache = RadixCache(page_size=4)
+            >>> cache.insert([1, 2, 3], priority=5), cache.total_size(), cache.clock
+            (0, 0, 1)
+            >>> cache.root.last_access_time, cache.root.priority
+            (1, 5)
         """
         key = as_radix_key(key)
-        value = self._check_value(key, value)
-        if isinstance(priority, bool) or not isinstance(priority, (int, np.integer)):
-            raise ValueError(f"priority must be an integer, got {priority!r}")
-        priority = int(priority)
+        value = check_insert_value(key.token_ids, value, self.allocator)
+        priority = check_priority(priority)
         check_bool("chunked", chunked)
         key = key.page_aligned(self.page_size)
         value = value[:len(key)]
+        if self.tree_slots is not None:
+            self.tree_slots.check_new("value", value[self._matched_len(key):])
         now = self._tick()
         node, prefix_len = self.root, 0
         node.last_access_time = now
@@ -198,6 +236,8 @@ class RadixCache(RadixTreeBase):
             node, key, value, prefix_len = child, key[matched:], value[matched:], prefix_len + matched
         if len(key):
             self._add_leaf(node, key, value, priority, 0 if chunked else 1)
+            if self.tree_slots is not None:
+                self.tree_slots.adopt(value)
         return prefix_len
 
     def cache_finished_req(self, key: RadixKey | Sequence[int], kv_indices: Sequence[int] | np.ndarray,
@@ -221,14 +261,17 @@ class RadixCache(RadixTreeBase):
             The number of the request's slots returned to the pool.
 
         Raises:
-            ValueError: ``kv_indices`` of the wrong length or not allocated; a
-                ``last_node`` not in this tree, of another namespace, or whose path is
-                not the start of ``key`` / ``kv_indices``. Nothing changes then.
-            RuntimeError: ``last_node`` is not locked (an unlock without a lock).
+            ValueError: a bad ``key`` (a token id ``>= 2**63`` included);
+                ``kv_indices`` of the wrong length, not allocated, or whose slots after
+                the matched prefix (the request's own) are held by the tree; a
+                ``last_node`` not in this tree, not locked (never locked, or the request
+                already finished), of another namespace, or whose path is not the start
+                of ``key`` / ``kv_indices``. Nothing changes then.
+            RuntimeError: ``last_node`` is locked but an ancestor is not (a bug).
         """
         key = as_radix_key(key)
         path = self._path_to_root(last_node, "last_node")
-        self._check_unlockable(path)
+        self._check_unlockable(path, "last_node")
         kv = check_slots("kv_indices", kv_indices, self.allocator)
         if len(key) == 0:
             raise ValueError("key must hold at least one token (the last sampled one has no KV)")
@@ -244,10 +287,13 @@ class RadixCache(RadixTreeBase):
         if key.token_ids[:protected_len] != cached_tokens or not np.array_equal(kv[:protected_len], cached_slots):
             raise ValueError(f"last_node's path ({protected_len} tokens) must be the start of key and kv_indices "
                              f"(the request's matched prefix)")
+        if self.tree_slots is not None:
+            self.tree_slots.check_new("kv_indices", kv[protected_len:])
         new_prefix_len = self.insert(key[:len(kv)], kv, priority)
         aligned_len = len(kv) // self.page_size * self.page_size
         released = np.concatenate([kv[protected_len:new_prefix_len], kv[aligned_len:]])
-        self._free(released)
+        if self.allocator is not None:
+            self.allocator.free(released)  # the request's own slots, checked above
         self.dec_lock_ref(last_node)
         return len(released)
 
@@ -275,15 +321,20 @@ class RadixCache(RadixTreeBase):
     def dec_lock_ref(self, node: TreeNode) -> int:
         """Undo one :meth:`inc_lock_ref`. Models SGLang ``RadixCache.dec_lock_ref`` (S6).
 
+        The root's lock is permanent: as upstream, whose walk stops at the root, locking
+        or unlocking the root (a request that matched nothing) changes nothing.
+
         Returns:
             Tokens moved from protected back to evictable.
 
         Raises:
-            ValueError: ``node`` is not in this tree.
-            RuntimeError: a lock count on the path would go below 0 (nothing changes).
+            ValueError: ``node`` is not in this tree, or is not locked (an unlock without
+                a lock); nothing changes then.
+            RuntimeError: ``node`` is locked but an ancestor is not (a bug; nothing
+                changes).
         """
         path = self._path_to_root(node, "node")
-        self._check_unlockable(path)
+        self._check_unlockable(path, "node")
         moved = 0
         for n in path:
             n.lock_ref -= 1
@@ -301,28 +352,24 @@ class RadixCache(RadixTreeBase):
         node_id)``; pop, free the slots, delete the node; a parent left unlocked and
         childless is pushed; stop once ``num_tokens`` are freed. Whole nodes only, so
         the result can exceed ``num_tokens``; it is smaller only when nothing else is
-        evictable.
+        evictable. The victims are planned and their slots checked first, so an
+        eviction never stops half-way.
 
         Returns:
             Tokens freed.
 
         Raises:
             ValueError: ``num_tokens`` not an integer >= 0.
+            RuntimeError: a victim's slot is repeated, not held by the tree or already
+                free (the tree is corrupt, a bug); nothing changes then.
         """
         num_tokens = check_count(num_tokens, "num_tokens")
-        heap = [self._heap_entry(n) for n in self._evictable_leaves.values()]
-        heapq.heapify(heap)
-        freed = 0
-        while freed < num_tokens and heap:
-            node = heapq.heappop(heap)[-1]
-            parent = node.parent
-            self._free(node.value)
-            freed += len(node.value)
+        victims = self._plan_eviction(num_tokens, self._heap_entry)
+        self._free(np.concatenate([n.value for n in victims]) if victims else _EMPTY, "evict")
+        for node in victims:
             self._delete_leaf(node)
-            if not parent.children and parent.lock_ref == 0:
-                heapq.heappush(heap, self._heap_entry(parent))
             self._events.record_remove(node)
-        return freed
+        return sum(len(n.value) for n in victims)
 
     def reset(self) -> bool:
         """Drop the whole tree, returning its slots to the pool, and publish
@@ -336,11 +383,14 @@ class RadixCache(RadixTreeBase):
 
         Returns:
             ``True`` when reset, ``False`` (nothing changed) while a node is locked.
+
+        Raises:
+            RuntimeError: a slot of the tree is repeated, not held by it or already free
+                (a bug); nothing changes then.
         """
         if self._protected:
             return False
-        for node, _ in iter_tree(self.root):
-            self._free(node.value)
+        self._free(np.concatenate([node.value for node, _ in iter_tree(self.root)]), "reset")
         self._new_tree()
         return True
 
@@ -353,17 +403,7 @@ class RadixCache(RadixTreeBase):
     def _heap_entry(self, node: TreeNode) -> tuple:
         return (self.policy.get_priority(node), node.last_access_time, node.node_id, node)
 
-    def _check_value(self, key: RadixKey, value: object) -> np.ndarray:
-        if value is None:
-            if self.allocator is not None:
-                raise ValueError("value is required when the cache has a KV pool (kv_pool_size is set); "
-                                 "allocate slots with cache.allocator.alloc(n)")
-            return np.asarray(key.token_ids, dtype=np.int64)
-        arr = check_slots("value", value, self.allocator)
-        if len(arr) != len(key):
-            raise ValueError(f"value must hold one slot per token of key ({len(key)}), got {len(arr)}")
-        return arr
-
-    def _free(self, slots: np.ndarray) -> None:
-        if self.allocator is not None and len(slots):
-            self.allocator.free(slots)
+    def _free(self, slots: np.ndarray, operation: str) -> None:
+        """Return tree slots to the pool, all checked before any is freed (RuntimeError)."""
+        if self.tree_slots is not None:
+            self.tree_slots.release(slots, operation)

@@ -178,18 +178,32 @@ class TreeNode:
                 f"lock_ref={self.lock_ref}, hit_count={self.hit_count})")
 
 
+#: The largest token id the cache takes: SGLang token ids are int64 (its ``insert``
+#: without a value stores the ids themselves in an int64 tensor).
+MAX_TOKEN_ID = 2**63 - 1
+
+
 def as_radix_key(key: RadixKey | Sequence[int] | np.ndarray) -> RadixKey:
-    """``key`` itself, or a token sequence as a key of the shared namespace.
+    """``key`` itself, or a token sequence as a key of the shared namespace, checked for
+    the cache: token ids must fit int64 (``< 2**63``), as SGLang's do. A bare
+    :class:`RadixKey` takes ids up to ``2**64 - 1`` (the hashers do); the cache does not.
 
     Raises:
-        ValueError: neither a :class:`RadixKey` nor a sequence of token ids (names it).
+        ValueError: neither a :class:`RadixKey` nor a sequence of token ids, or a token
+            id of ``2**63`` or more (names it).
 
     Example:
         >>> as_radix_key([1, 2])
         RadixKey(extra_key=None, token_ids=[1 2])
+        >>> as_radix_key([2**63])
+        Traceback (most recent call last):
+        ValueError: key token ids must be < 2**63 (SGLang token ids are int64), got 9223372036854775808
     """
-    if isinstance(key, RadixKey):
-        return key
-    if isinstance(key, (str, bytes)) or not isinstance(key, (Sequence, np.ndarray)):
-        raise ValueError(f"key must be a RadixKey or a sequence of token ids, got {key!r}")
-    return RadixKey(key)
+    if not isinstance(key, RadixKey):
+        if isinstance(key, (str, bytes)) or not isinstance(key, (Sequence, np.ndarray)):
+            raise ValueError(f"key must be a RadixKey or a sequence of token ids, got {key!r}")
+        key = RadixKey(key)
+    too_big = next((t for t in key.token_ids if t > MAX_TOKEN_ID), None)
+    if too_big is not None:
+        raise ValueError(f"key token ids must be < 2**63 (SGLang token ids are int64), got {too_big}")
+    return key

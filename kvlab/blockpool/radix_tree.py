@@ -15,6 +15,9 @@ the logical :attr:`~RadixTreeBase.clock` (a tick per match or insert), never wal
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable
+
 import numpy as np
 import polars as pl
 
@@ -39,12 +42,24 @@ def check_bool(name: str, value: object) -> bool:
     return value
 
 
+def check_priority(priority: object) -> int:
+    """``priority`` as an ``int`` (any integer; bools refused).
+
+    Raises:
+        ValueError: not an integer; names ``priority``.
+    """
+    if isinstance(priority, bool) or not isinstance(priority, (int, np.integer)):
+        raise ValueError(f"priority must be an integer, got {priority!r}")
+    return int(priority)
+
+
 class RadixTreeBase:
-    """A radix tree with SGLang's bookkeeping and no lookup or eviction algorithm.
+    """A radix tree with SGLang's bookkeeping; the algorithms live in the subclass.
 
     Subclassed by :class:`~kvlab.blockpool.radix.RadixCache`; holds the root, the
     logical clock, the token counters, the evictable-leaf set and the KV event
-    recorder.
+    recorder, plus the read-only helpers the cache checks with before it mutates (a
+    non-stamping prefix walk, the eviction plan, the unlock check).
 
     Args:
         page_size: tokens per page (>= 1).
@@ -187,8 +202,52 @@ class RadixTreeBase:
         return path
 
     @staticmethod
-    def _check_unlockable(path: list[TreeNode]) -> None:
+    def _check_unlockable(path: list[TreeNode], name: str) -> None:
+        """Refuse an unlock that would drive a lock count below 0 (checked before any change).
+
+        Raises:
+            ValueError: ``path[0]`` (the node named ``name``) is not locked — the caller's
+                mistake (an unlock without a lock, a request finished twice).
+            RuntimeError: ``path[0]`` is locked but an ancestor is not (an ancestor holds
+                every lock of its subtree, so this indicates a bug).
+        """
+        if path and path[0].lock_ref < 1:
+            raise ValueError(f"{name} {path[0]!r} is not locked (lock_ref {path[0].lock_ref}): an unlock without a "
+                             f"matching inc_lock_ref, or a request finished twice")
         for n in path:
             if n.lock_ref < 1:
-                raise RuntimeError(f"unlocking {path[0]!r} would make the lock_ref of node {n.node_id} negative; "
-                                   f"this indicates a bug (an unlock without a matching lock)")
+                raise RuntimeError(f"unlocking {path[0]!r} would make the lock_ref of node {n.node_id} negative "
+                                   f"while the node itself is locked; this indicates a bug")
+
+    def _matched_len(self, key: RadixKey) -> int:
+        """Tokens of the page-aligned ``key`` already in the tree; changes nothing (no
+        split, no stamp), so an insert can check its new part before it mutates."""
+        node, matched_len = self.root, 0
+        while len(key) and (child := node.children.get(key.child_key(self.page_size))) is not None:
+            matched = child.key.match(key, self.page_size)
+            matched_len += matched
+            if matched < len(child.key):
+                break
+            node, key = child, key[matched:]
+        return matched_len
+
+    def _plan_eviction(self, num_tokens: int, entry: Callable[[TreeNode], tuple]) -> list[TreeNode]:
+        """The nodes an eviction of ``num_tokens`` removes, in order; changes nothing.
+
+        SGLang's loop (rule S7): a min-heap of the evictable leaves by ``entry(node)``
+        (ending with the node); pop one, and push its parent once the parent is unlocked
+        and all its children are popped; stop once ``num_tokens`` are covered."""
+        heap = [entry(n) for n in self._evictable_leaves.values()]
+        heapq.heapify(heap)
+        victims: list[TreeNode] = []
+        children_left: dict[int, int] = {}
+        freed = 0
+        while freed < num_tokens and heap:
+            node = heapq.heappop(heap)[-1]
+            victims.append(node)
+            freed += len(node.value)
+            parent = node.parent
+            left = children_left[parent.node_id] = children_left.get(parent.node_id, len(parent.children)) - 1
+            if left == 0 and parent.lock_ref == 0:
+                heapq.heappush(heap, entry(parent))
+        return victims
