@@ -47,14 +47,21 @@ def test_golden_scenario_capacity_3(touch, hits, evictions, order) -> None:
 
 
 @given(trace=chained_traces(), capacity=st.one_of(st.none(), st.integers(0, 60)),
-       touch=st.sampled_from(["head_most_recent", "tail_most_recent"]))
-def test_kernel_equals_reference(trace, capacity, touch) -> None:
-    """The numba kernel and the OrderedDict reference agree request by request."""
-    result = replay(trace, capacity_blocks=capacity, touch_order=touch)
-    ref = replay_reference(trace, capacity_blocks=capacity, touch_order=touch)
+       touch=st.sampled_from(["head_most_recent", "tail_most_recent"]),
+       semantics=st.sampled_from(["prefix", "independent"]))
+def test_kernel_equals_reference(trace, capacity, touch, semantics) -> None:
+    """The numba kernel and the OrderedDict reference agree request by request — hits,
+    occupancy, evictions and orphaned blocks (the kernel's incremental count against a
+    recount from scratch)."""
+    result = replay(trace, capacity_blocks=capacity, touch_order=touch, hit_semantics=semantics,
+                    track_orphans=True)
+    ref = replay_reference(trace, capacity_blocks=capacity, touch_order=touch, hit_semantics=semantics,
+                           count_orphans=True)
     assert result.requests["hit_blocks"].to_list() == ref.hit_blocks.tolist()
     assert result.requests["used_blocks"].to_list() == ref.used_blocks.tolist()
     assert result.requests["evictions"].to_list() == ref.evictions.tolist()
+    orphans = result.timeline.filter(pl.col("metric") == "orphaned_blocks")["value"].to_list()
+    assert orphans == ref.orphans.astype(float).tolist()
 
 
 @given(trace=chained_traces(), capacity=st.integers(0, 30))
@@ -144,6 +151,8 @@ def test_progress_chunks_give_the_same_result(conversation, monkeypatch) -> None
     ("warmup_fraction", 1.0, "warmup_fraction must be a number in [0, 1), got 1.0"),
     ("window_requests", 0, "window_requests must be an integer >= 1, got 0"),
     ("policy", "nope", "unknown policy 'nope'; known policies: ['lru']"),
+    ("hit_semantics", "suffix", "hit_semantics must be one of"),
+    ("track_orphans", 1, "track_orphans must be a bool, got 1"),
 ])
 def test_config_errors_name_field_and_value(field, value, message) -> None:
     with pytest.raises(ValueError) as info:
@@ -185,3 +194,23 @@ def test_caller_mistakes_are_value_errors(call, message) -> None:
 
 def test_sweep_accepts_one_policy_name() -> None:
     assert kvlab_sweep(make_trace(SCENARIO, block_size=1), [3], policies="lru")["policy"].to_list() == ["lru"]
+
+
+def test_orphans_appear_when_the_head_ages_first() -> None:
+    """Hard point 4: with the head least recent (tail_most_recent), LRU evicts a chain's
+    first block and leaves its children cached but unreachable; head_most_recent (vLLM's
+    reverse free) keeps chains whole."""
+    trace = make_trace([[A, B, C], [D]], block_size=1)
+    tail = replay(trace, capacity_blocks=3, touch_order="tail_most_recent", track_orphans=True)
+    head = replay(trace, capacity_blocks=3, touch_order="head_most_recent", track_orphans=True)
+    orphaned = lambda r: r.timeline.filter(pl.col("metric") == "orphaned_blocks")["value"].to_list()  # noqa: E731
+    assert orphaned(tail) == [0.0, 1.0]  # A evicted: B is an orphan (C's parent B is still cached)
+    assert orphaned(head) == [0.0, 0.0]  # C evicted: A, B stay a whole chain
+    assert tail.summary.mean_orphaned_share == pytest.approx((0 + 1 / 3) / 2)
+    assert replay(trace).summary.mean_orphaned_share is None
+
+
+def test_independent_semantics_counts_every_resident_block() -> None:
+    trace = make_trace([[A, B, C], [A, E, C]], block_size=1)  # C repeats after a different parent
+    assert replay(trace, hit_semantics="independent").requests["hit_blocks"].to_list() == [0, 2]
+    assert replay(trace).requests["hit_blocks"].to_list() == [0, 1]

@@ -12,14 +12,17 @@ A policy is two things that must agree exactly:
   hook          signature                                                     does
   ============  ===========================================================  ====================
   ``contains``  ``(state, block_id) -> bool``                                 is it resident?
-  ``access``    ``(state, block_ids, start, stop, reverse) -> int``           one request: touch
+  ``access``    ``(state, block_ids, start, stop, reverse, evicted) -> int``  one request: touch
                                                                               or insert each of
                                                                               ``block_ids[start:
                                                                               stop]`` (from
                                                                               ``stop - 1`` down
                                                                               when ``reverse``),
                                                                               evicting as needed;
-                                                                              returns evictions
+                                                                              writes the victims'
+                                                                              ids to ``evicted``
+                                                                              in order; returns
+                                                                              their number
   ``used``      ``(state) -> int``                                            resident blocks
   ============  ===========================================================  ====================
 
@@ -31,7 +34,9 @@ arrays passed to every call, and a call per block costs about 4× the LRU update
 (measured: 47 vs 180 M block refs/s). Inside ``access``, bind the state's arrays to
 locals once and loop over the blocks. The flat index ``i`` of a block in ``block_ids``
 is its reference index (policies that look ahead, such as Belady, precompute
-per-reference arrays in ``make_state``).
+per-reference arrays in ``make_state``). ``evicted`` has room for ``stop - start`` ids:
+a policy evicts at most one resident block per block it inserts (its capacity is
+fixed), and must never write more — numba does not check bounds.
 """
 
 from __future__ import annotations
@@ -93,9 +98,11 @@ def kernel_contains(state: NamedTuple, block_id: int) -> bool:
     return _PYTHON_HOOKS[type(state)][0](state, block_id)
 
 
-def kernel_access(state: NamedTuple, block_ids: np.ndarray, start: int, stop: int, reverse: bool) -> int:
-    """Generic hook: touch or insert one request's blocks; returns the number of evictions."""
-    return _PYTHON_HOOKS[type(state)][1](state, block_ids, start, stop, reverse)
+def kernel_access(state: NamedTuple, block_ids: np.ndarray, start: int, stop: int, reverse: bool,
+                  evicted: np.ndarray) -> int:
+    """Generic hook: touch or insert one request's blocks; victims go to ``evicted``;
+    returns their number."""
+    return _PYTHON_HOOKS[type(state)][1](state, block_ids, start, stop, reverse, evicted)
 
 
 def kernel_used(state: NamedTuple) -> int:
@@ -108,8 +115,8 @@ def register_kernel(state_class: type, *, contains: Callable[..., bool], access:
     """Register a policy's kernel hooks for its state ``NamedTuple`` class.
 
     The hooks must be numba-compilable plain functions with exactly the parameter
-    names ``(state, block_id)``, ``(state, block_ids, start, stop, reverse)`` and
-    ``(state)``. They
+    names ``(state, block_id)``, ``(state, block_ids, start, stop, reverse, evicted)``
+    and ``(state)``. They
     are compiled into the replay driver when it sees a state of this class; without
     JIT (``NUMBA_DISABLE_JIT=1``) they run as Python.
 
@@ -129,7 +136,7 @@ def register_kernel(state_class: type, *, contains: Callable[..., bool], access:
             return contains
 
     @overload(kernel_access)
-    def _access(state, block_ids, start, stop, reverse):  # noqa: ANN001
+    def _access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001
         if is_mine(state):
             return access
 

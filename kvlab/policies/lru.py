@@ -90,12 +90,12 @@ def contains(state, block_id):  # noqa: ANN001 - numba hook
     return state.resident[block_id]
 
 
-def access(state, block_ids, start, stop, reverse):  # noqa: ANN001 - numba hook
+def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - numba hook
     prev, nxt, resident, counters = state.prev, state.next, state.resident, state.counters
     sentinel = resident.shape[0]
     capacity = counters[1]
     used = counters[0]
-    evicted = 0
+    n_evicted = 0
     for j in range(stop - start):
         block_id = block_ids[stop - 1 - j] if reverse else block_ids[start + j]
         if resident[block_id]:  # unlink, to be pushed back as most recent
@@ -110,7 +110,8 @@ def access(state, block_ids, start, stop, reverse):  # noqa: ANN001 - numba hook
                 prev[nxt[victim]] = sentinel
                 resident[victim] = False
                 used -= 1
-                evicted += 1
+                evicted[n_evicted] = victim
+                n_evicted += 1
             resident[block_id] = True
             used += 1
         last = prev[sentinel]  # push as most recent
@@ -119,7 +120,7 @@ def access(state, block_ids, start, stop, reverse):  # noqa: ANN001 - numba hook
         nxt[block_id] = sentinel
         prev[sentinel] = block_id
     counters[0] = used
-    return evicted
+    return n_evicted
 
 
 def used(state):  # noqa: ANN001 - numba hook

@@ -1,9 +1,20 @@
-"""The numba replay driver: prefix hits, then touch/insert, for any registered policy.
+"""The numba replay driver: hits, then touch/insert, for any registered policy.
 
 The driver is generic over the policy: it calls the hooks of
 :mod:`kvlab.policies.base`, and numba compiles one specialisation per policy state
 type. It is not cached on disk: numba's cache would not notice an edit to a policy
 module, and a stale kernel would silently disagree with its reference class.
+
+Orphan tracking (optional) counts resident blocks whose parent block is not resident —
+unreachable under chained hashing, yet occupying capacity. It keeps a shadow of the
+residency and, per key, its number of resident children, and updates the count from
+the blocks each request touched and the victims the policy reports::
+
+    insert k:  children[parent(k)] += 1;  orphans += [parent(k) absent];  orphans -= children[k]
+    evict  k:  children[parent(k)] -= 1;  orphans -= [parent(k) absent];  orphans += children[k]
+
+(``parent = -1`` marks a first block, which is never an orphan.) Applying the flips
+one at a time against the shadow keeps the count exact whatever their order.
 """
 
 from __future__ import annotations
@@ -14,33 +25,89 @@ from numba import njit
 from kvlab.policies.base import kernel_access, kernel_contains, kernel_used
 
 
+def make_orphan_tracker(parents: np.ndarray, enabled: bool) -> tuple[np.ndarray, ...]:
+    """Arrays for orphan tracking: parents, shadow residency, resident-children counts,
+    and the running orphan count (empty arrays when disabled)."""
+    n = parents.shape[0] if enabled else 0
+    return (parents if enabled else np.zeros(0, dtype=np.int64), np.zeros(n, dtype=np.bool_),
+            np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64))
+
+
+@njit(inline="always")
+def _flip(parents: np.ndarray, shadow: np.ndarray, children: np.ndarray, count: np.ndarray, k: int) -> None:
+    p = parents[k]
+    if shadow[k]:
+        shadow[k] = False
+        if p >= 0:
+            children[p] -= 1
+            if not shadow[p]:
+                count[0] -= 1
+        count[0] += children[k]
+    else:
+        shadow[k] = True
+        if p >= 0:
+            children[p] += 1
+            if not shadow[p]:
+                count[0] += 1
+        count[0] -= children[k]
+
+
 @njit(nogil=True)
 def replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, stop: int, reverse: bool,
-                 state, hit_blocks: np.ndarray, used_blocks: np.ndarray,  # noqa: ANN001
-                 evictions: np.ndarray) -> None:
+                 independent: bool, state, evicted: np.ndarray,  # noqa: ANN001
+                 parents: np.ndarray, shadow: np.ndarray, children: np.ndarray, count: np.ndarray,
+                 hit_blocks: np.ndarray, used_blocks: np.ndarray, evictions: np.ndarray,
+                 orphans: np.ndarray) -> None:
     """Replay requests ``start..stop-1`` of a flat trace through a policy's state.
 
-    For each request ``r``: the hit is the longest run of leading blocks that are
-    resident (prefix semantics); then every block is accessed — from the tail to the
-    head when ``reverse`` (the head ends most recent, as vLLM frees a request's blocks
-    in reverse), else from the head to the tail.
+    For each request ``r``: with prefix semantics (``independent=False``) the hit is
+    the longest run of leading blocks that are resident, then every block is accessed —
+    from the tail to the head when ``reverse`` (the head ends most recent, as vLLM frees
+    a request's blocks in reverse), else from the head to the tail. With
+    ``independent=True`` each block, in that order, is looked up and then accessed on
+    its own (a plain object cache, as libCacheSim replays a request stream), and the hit
+    counts every resident block.
 
     Args:
         offsets: ``int64[n_requests + 1]`` CSR offsets.
         block_ids: ``int32[n_refs]`` dense block ids.
         start, stop: request range to replay (state carries over between calls).
         reverse: touch order, ``True`` = head most recent.
+        independent: per-block lookups instead of the prefix cut-off.
         state: a registered policy state (``NamedTuple`` of arrays), mutated.
-        hit_blocks: ``int32[n_requests]`` out: prefix-hit blocks per request.
-        used_blocks: ``int64[n_requests]`` out: resident blocks after the request.
-        evictions: ``int64[n_requests]`` out: blocks evicted by the request.
+        evicted: scratch for the policy's victims, at least the longest request long.
+        parents, shadow, children, count: orphan tracking
+            (:func:`make_orphan_tracker`; empty arrays turn it off).
+        hit_blocks, used_blocks, evictions, orphans: ``int32[n_requests]`` outputs —
+            hit blocks, resident blocks after the request, blocks evicted by it, and
+            orphaned resident blocks after it (0 when not tracked).
     """
+    track = shadow.shape[0] > 0
     for r in range(start, stop):
         a = offsets[r]
         b = offsets[r + 1]
         h = 0
-        while a + h < b and kernel_contains(state, block_ids[a + h]):
-            h += 1
+        ev = 0
+        if independent:
+            for j in range(b - a):
+                i = b - 1 - j if reverse else a + j
+                if kernel_contains(state, block_ids[i]):
+                    h += 1
+                ev += kernel_access(state, block_ids, i, i + 1, False, evicted[ev:])
+        else:
+            while a + h < b and kernel_contains(state, block_ids[a + h]):
+                h += 1
+            ev = kernel_access(state, block_ids, a, b, reverse, evicted)
         hit_blocks[r] = h
-        evictions[r] = kernel_access(state, block_ids, a, b, reverse)
+        evictions[r] = ev
         used_blocks[r] = kernel_used(state)
+        if track:
+            for q in range(ev):
+                k = evicted[q]
+                if shadow[k] and not kernel_contains(state, k):
+                    _flip(parents, shadow, children, count, k)
+            for i in range(a, b):
+                k = block_ids[i]
+                if shadow[k] != kernel_contains(state, k):
+                    _flip(parents, shadow, children, count, k)
+            orphans[r] = count[0]

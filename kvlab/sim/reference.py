@@ -12,20 +12,27 @@ from kvlab.traces import Trace
 
 @dataclass(frozen=True, eq=False)
 class ReferenceRun:
-    """Per-request output of :func:`replay_reference` (all ``int64[n_requests]``)."""
+    """Per-request output of :func:`replay_reference` (all ``int64[n_requests]``;
+    ``orphans`` counts resident blocks whose parent block is not resident, recounted
+    from scratch after every request when asked for)."""
 
     hit_blocks: np.ndarray
     used_blocks: np.ndarray
     evictions: np.ndarray
+    orphans: np.ndarray
 
 
 def replay_reference(trace: Trace, *, policy: str = "lru", capacity_blocks: int | None = None,
-                     touch_order: str = "head_most_recent") -> ReferenceRun:
+                     touch_order: str = "head_most_recent", hit_semantics: str = "prefix",
+                     count_orphans: bool = False) -> ReferenceRun:
     """Replay ``trace`` one block at a time through the policy's reference class.
 
     Same semantics as :func:`kvlab.sim.replay` (prefix hit, then every block touched
-    in ``touch_order``), written for reading, not speed: it works on the original
-    block keys, not on the interned ids, so it also checks the interning.
+    in ``touch_order``; or, with ``hit_semantics="independent"``, each block looked up
+    and then accessed in touch order), written for reading, not speed: it works on the
+    original block keys, not on the interned ids, so it also checks the interning.
+    ``count_orphans`` recounts orphaned blocks from scratch after every request
+    (O(keys) each: for small traces only; otherwise ``orphans`` stays 0).
 
     Raises:
         ValueError: unknown policy or touch order, or a bad capacity.
@@ -39,18 +46,26 @@ def replay_reference(trace: Trace, *, policy: str = "lru", capacity_blocks: int 
     """
     if touch_order not in ("head_most_recent", "tail_most_recent"):
         raise ValueError(f"touch_order must be 'head_most_recent' or 'tail_most_recent', got {touch_order!r}")
+    if hit_semantics not in ("prefix", "independent"):
+        raise ValueError(f"hit_semantics must be 'prefix' or 'independent', got {hit_semantics!r}")
     cache = get_policy(policy).reference(capacity_blocks)
     n = len(trace)
-    hits, used, evictions = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    hits, used, evictions, orphans = (np.zeros(n, dtype=np.int64) for _ in range(4))
+    parent: dict[int, int | None] = {}
     ref_index = 0
     for r, keys in enumerate(trace.frame["block_keys"].to_list()):
-        h = 0
-        while h < len(keys) and keys[h] in cache:
-            h += 1
-        hits[r] = h
+        for i, key in enumerate(keys):
+            parent.setdefault(key, keys[i - 1] if i else None)
         order = range(len(keys) - 1, -1, -1) if touch_order == "head_most_recent" else range(len(keys))
+        if hit_semantics == "prefix":
+            while hits[r] < len(keys) and keys[hits[r]] in cache:
+                hits[r] += 1
         for i in order:
+            if hit_semantics == "independent" and keys[i] in cache:
+                hits[r] += 1
             evictions[r] += len(cache.access(keys[i], ref_index + i))
         used[r] = len(cache)
+        if count_orphans:
+            orphans[r] = sum(1 for k, p in parent.items() if k in cache and p is not None and p not in cache)
         ref_index += len(keys)
-    return ReferenceRun(hits, used, evictions)
+    return ReferenceRun(hits, used, evictions, orphans)

@@ -16,13 +16,14 @@ import numpy as np
 import polars as pl
 
 from kvlab.policies import get_policy
-from kvlab.sim.kernel import replay_range
+from kvlab.sim.kernel import make_orphan_tracker, replay_range
 from kvlab.sim.vllm_kernel import FREE_ORDERS, make_vllm_state, vllm_replay_range
 from kvlab.traces import Trace
 
 TOUCH_ORDERS = ("head_most_recent", "tail_most_recent")
 #: Replay modes: kvlab's cache-level prefix cache, or vLLM v1's block pool (:mod:`kvlab.sim.vllm_kernel`).
 MODES = ("prefix", "vllm")
+HIT_SEMANTICS = ("prefix", "independent")
 #: Tier name used in the timeline of a single-cache replay.
 SINGLE_TIER = "cache"
 _CHUNK_REFS = 2_000_000  # block refs per kernel call when a progress bar is shown
@@ -50,6 +51,11 @@ class ReplayConfig:
             the default touch order, which the free queue implies).
         free_order: vLLM's free-queue discipline in ``"vllm"`` mode: ``"current"``
             (default: unhashed blocks to the head, PR #42656) or ``"classic"``.
+        hit_semantics: ``"prefix"`` (default: the longest run of cached leading blocks)
+            or ``"independent"`` (every block looked up and accessed on its own, in touch
+            order — a plain object cache, for comparing with libCacheSim).
+        track_orphans: count orphaned blocks (resident, parent not resident) after every
+            request (timeline metric ``orphaned_blocks``; costs some speed).
 
     Raises:
         ValueError: a field out of range or an unknown policy (names field and value).
@@ -70,6 +76,8 @@ class ReplayConfig:
     window_requests: int = 1000
     mode: str = "prefix"
     free_order: str = "current"
+    hit_semantics: str = "prefix"
+    track_orphans: bool = False
 
     def __post_init__(self) -> None:
         get_policy(self.policy)
@@ -90,6 +98,13 @@ class ReplayConfig:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.free_order not in FREE_ORDERS:
             raise ValueError(f"free_order must be one of {FREE_ORDERS}, got {self.free_order!r}")
+        if self.hit_semantics not in HIT_SEMANTICS:
+            raise ValueError(f"hit_semantics must be one of {HIT_SEMANTICS}, got {self.hit_semantics!r}")
+        if not isinstance(self.track_orphans, bool):
+            raise ValueError(f"track_orphans must be a bool, got {self.track_orphans!r}")
+        if self.mode == "vllm" and (self.hit_semantics != "prefix" or self.track_orphans):
+            raise ValueError("mode 'vllm' models vLLM's prefix lookups: hit_semantics='independent' and "
+                             "track_orphans apply to mode 'prefix' only")
         if self.mode == "vllm" and (self.policy != "lru" or self.touch_order != "head_most_recent"):
             raise ValueError(f"mode 'vllm' replays vLLM's free queue, an LRU freed in reverse: it needs "
                              f"policy='lru' and touch_order='head_most_recent', got policy={self.policy!r}, "
@@ -131,6 +146,7 @@ class ReplaySummary:
     evictions: int
     peak_used_blocks: int
     rejected_requests: int
+    mean_orphaned_share: float | None
 
     def to_dict(self) -> dict[str, object]:
         """The summary as a JSON-serialisable ``dict``."""
@@ -177,12 +193,14 @@ class ReplayResult:
 
 @dataclass(frozen=True, eq=False)
 class KernelRun:
-    """Raw per-request kernel output (``int64[n_requests]`` each; ``admitted`` bool)."""
+    """Raw per-request kernel output (``int32[n_requests]`` each; ``admitted`` bool;
+    ``orphans`` all 0 unless tracked)."""
 
     hit_blocks: np.ndarray
     used_blocks: np.ndarray
     evictions: np.ndarray
     admitted: np.ndarray
+    orphans: np.ndarray
 
 
 def run_kernel(trace: Trace, config: ReplayConfig, *, progress: bool = False) -> KernelRun:
@@ -194,10 +212,10 @@ def run_kernel(trace: Trace, config: ReplayConfig, *, progress: bool = False) ->
         raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
     flat = trace.flat
     n = flat.n_requests
-    hits, used, evictions = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    hits, used, evictions, orphans = (np.zeros(n, dtype=np.int32) for _ in range(4))
     admitted = np.ones(n, dtype=np.bool_)
     step = _vllm_step(trace, config, hits, used, evictions, admitted) if config.mode == "vllm" \
-        else _prefix_step(trace, config, hits, used, evictions)
+        else _prefix_step(trace, config, hits, used, evictions, orphans)
     if not progress:
         step(0, n)
     else:
@@ -209,18 +227,24 @@ def run_kernel(trace: Trace, config: ReplayConfig, *, progress: bool = False) ->
             for a, b in zip(bounds[:-1], bounds[1:]):
                 step(a, b)
                 bar.update(int(flat.offsets[b] - flat.offsets[a]))
-    return KernelRun(hits, used, evictions, admitted)
+    return KernelRun(hits, used, evictions, admitted, orphans)
 
 
-def _prefix_step(trace: Trace, config: ReplayConfig, hits: np.ndarray, used: np.ndarray,
-                 evictions: np.ndarray) -> Callable[[int, int], None]:
+def _prefix_step(trace: Trace, config: ReplayConfig, hits: np.ndarray, used: np.ndarray, evictions: np.ndarray,
+                 orphans: np.ndarray) -> Callable[[int, int], None]:
     """The cache-level replay of a policy kernel over requests ``[a, b)``."""
     flat = trace.flat
     # beyond the working set every capacity behaves as unbounded (and must fit the kernel's int64)
     capacity = flat.n_keys if config.capacity_blocks is None else min(config.capacity_blocks, flat.n_keys)
     state = get_policy(config.policy).make_state(flat, capacity)
     reverse = config.touch_order == "head_most_recent"
-    return lambda a, b: replay_range(flat.offsets, flat.block_ids, a, b, reverse, state, hits, used, evictions)
+    independent = config.hit_semantics == "independent"
+    blocks = flat.blocks_per_request()
+    evicted = np.empty(max(int(blocks.max()) if blocks.size else 0, 1), dtype=np.int64)
+    tracker = make_orphan_tracker(flat.parent_ids() if config.track_orphans else np.zeros(0, np.int64),
+                                  config.track_orphans)
+    return lambda a, b: replay_range(flat.offsets, flat.block_ids, a, b, reverse, independent, state, evicted,
+                                     *tracker, hits, used, evictions, orphans)
 
 
 def _vllm_step(trace: Trace, config: ReplayConfig, hits: np.ndarray, used: np.ndarray, evictions: np.ndarray,
@@ -241,7 +265,7 @@ def summarize(trace: Trace, config: ReplayConfig, run: KernelRun) -> ReplaySumma
     flat = trace.flat
     skip = config.warmup_requests(flat.n_requests)
     blocks = flat.blocks_per_request()[skip:]
-    hits = run.hit_blocks[skip:]
+    hits = run.hit_blocks[skip:].astype(np.int64)
     inputs = flat.input_tokens[skip:]
     hit_tokens = np.minimum(hits * flat.block_size, inputs)
     refs, n_inputs = int(blocks.sum()), int(inputs.sum())
@@ -258,7 +282,14 @@ def summarize(trace: Trace, config: ReplayConfig, run: KernelRun) -> ReplaySumma
         evictions=int(run.evictions[skip:].sum()),
         peak_used_blocks=int(run.used_blocks.max()) if run.used_blocks.size else 0,
         rejected_requests=int((~run.admitted[skip:]).sum()),
+        mean_orphaned_share=_orphan_share(run, skip) if config.track_orphans else None,
     )
+
+
+def _orphan_share(run: KernelRun, skip: int) -> float:
+    used = run.used_blocks[skip:].astype(np.float64)
+    share = np.divide(run.orphans[skip:], used, out=np.zeros_like(used), where=used > 0)
+    return float(share.mean()) if share.size else 0.0
 
 
 def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool = False,
@@ -304,7 +335,7 @@ def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool =
 def _requests_frame(trace: Trace, config: ReplayConfig, run: KernelRun) -> pl.DataFrame:
     flat = trace.flat
     blocks = flat.blocks_per_request()
-    hit_tokens = np.minimum(run.hit_blocks * flat.block_size, flat.input_tokens)
+    hit_tokens = np.minimum(run.hit_blocks.astype(np.int64) * flat.block_size, flat.input_tokens)
     measured = np.arange(flat.n_requests) >= config.warmup_requests(flat.n_requests)
     return pl.DataFrame({
         "request_id": trace.frame["request_id"],
@@ -349,6 +380,8 @@ def _timeline_frame(trace: Trace, config: ReplayConfig, run: KernelRun) -> pl.Da
     }
     if config.capacity_blocks is not None:
         metrics["capacity_blocks"] = np.full(flat.n_requests, config.capacity_blocks)
+    if config.track_orphans:
+        metrics["orphaned_blocks"] = run.orphans
     step = np.arange(flat.n_requests, dtype=np.int64)
     time_s = trace.frame["arrival_s"].to_numpy()
     return pl.concat([

@@ -57,6 +57,31 @@ class FlatTrace:
         """``int64[n_requests]``: number of blocks of each request."""
         return np.diff(self.offsets)
 
+    def parent_ids(self) -> np.ndarray:
+        """``int64[n_keys]``: the dense id of each key's parent block (the block before
+        it where the key first appears), ``-1`` for a first block.
+
+        Under chained keys a key always has the same parent
+        (:meth:`kvlab.traces.Trace.check_chained`).
+
+        Example:
+            >>> import polars as pl
+            >>> keys = pl.Series([[7, 9], [7, 3, 4]], dtype=pl.List(pl.UInt64))
+            >>> flatten_block_keys(keys, pl.Series([20, 40]), block_size=16).parent_ids().tolist()
+            [-1, 0, 0, 2]
+        """
+        starts = np.zeros(self.n_refs, dtype=np.bool_)
+        starts[self.offsets[:-1][self.blocks_per_request() > 0]] = True
+        parent_of_ref = np.where(starts, -1, np.roll(self.block_ids, 1).astype(np.int64))
+        # dense ids follow first appearance: a reference is a key's first iff its id
+        # exceeds every id before it
+        ids = self.block_ids.astype(np.int64)
+        seen_max = np.concatenate([[-1], np.maximum.accumulate(ids)[:-1]]) if ids.size else ids
+        first = ids > seen_max
+        parents = np.empty(self.n_keys, dtype=np.int64)
+        parents[ids[first]] = parent_of_ref[first]
+        return parents
+
 
 def flatten_block_keys(block_keys: pl.Series, input_tokens: pl.Series, block_size: int) -> FlatTrace:
     """Build a :class:`FlatTrace` from a ``list[u64]`` series of block keys.
