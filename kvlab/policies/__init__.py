@@ -19,6 +19,24 @@ from kvlab.policies.base import PolicySpec, ReferencePolicy
 POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (lru.SPEC,)}
 
 
+def register_policy(spec: PolicySpec) -> None:
+    """Add a policy to the registry (kvlab's own, or a researcher's plug-in).
+
+    Registering the same spec again is a no-op.
+
+    Raises:
+        ValueError: not a :class:`PolicySpec`, or its name is taken by another spec.
+
+    Example:
+        >>> register_policy(POLICIES["lru"])  # already there: nothing happens
+    """
+    if not isinstance(spec, PolicySpec):
+        raise ValueError(f"expected a PolicySpec, got {type(spec).__name__}")
+    if POLICIES.get(spec.name, spec) is not spec:
+        raise ValueError(f"a different policy is already registered as {spec.name!r}")
+    POLICIES[spec.name] = spec
+
+
 def get_policy(name: str) -> PolicySpec:
     """Look up a policy by name.
 
@@ -35,4 +53,4 @@ def get_policy(name: str) -> PolicySpec:
         raise ValueError(f"unknown policy {name!r}; known policies: {sorted(POLICIES)}") from None
 
 
-__all__ = ["POLICIES", "PolicySpec", "ReferencePolicy", "get_policy"]
+__all__ = ["POLICIES", "PolicySpec", "ReferencePolicy", "get_policy", "register_policy"]
