@@ -68,3 +68,18 @@ def test_bad_arguments_are_rejected() -> None:
         chat_sessions(SMALL, seed=None)
     with pytest.raises(ValueError, match="no request generated"):
         chat_sessions(ChatWorkload(n_sessions=3, user_tokens_mean=1e9), seed=0)
+
+
+def test_zipf_objects_is_seeded_and_skewed() -> None:
+    from kvlab.traces import zipf_objects
+
+    a, b = zipf_objects(20_000, 1_000, alpha=1.0, seed=3), zipf_objects(20_000, 1_000, alpha=1.0, seed=3)
+    assert a.frame.equals(b.frame) and a.block_size == 1
+    counts = np.bincount(a.flat.block_ids)
+    top = np.sort(counts)[::-1]
+    # rank 1 vs rank 2 frequency ≈ 2 for alpha = 1 (harmonic weights)
+    assert 1.7 < top[0] / top[1] < 2.3
+    uniform = np.bincount(zipf_objects(20_000, 1_000, alpha=0.0, seed=3).flat.block_ids)
+    assert uniform.max() < 60
+    with pytest.raises(ValueError, match="n_objects must be an integer > 0"):
+        zipf_objects(10, 0)

@@ -1,4 +1,4 @@
-"""The ``kvlab`` command: ``kvlab info``, ``kvlab replay``, ``kvlab demo``.
+"""The ``kvlab`` command: ``kvlab info``, ``kvlab replay``, ``kvlab sweep``, ``kvlab demo``.
 
 TRACE arguments are a file path, or the name of a bundled trace (``conversation``,
 ``synthetic``) when no such file exists (see :func:`kvlab.traces.load_trace`). Errors in
@@ -39,6 +39,31 @@ def _fraction(text: str) -> float:
     if not 0.0 <= value < 1.0:
         raise argparse.ArgumentTypeError(f"warm-up fraction must be in [0, 1), got {value}")
     return value
+
+
+def parse_capacities(text: str) -> list[int | None]:
+    """``"1000:100000:20"`` → 20 log-spaced capacities from 1,000 to 100,000 (inclusive,
+    rounded, duplicates dropped); ``"1000,5000,unbounded"`` → that list.
+
+    Raises:
+        argparse.ArgumentTypeError: a malformed spec.
+
+    Example:
+        >>> parse_capacities("10:1000:3"), parse_capacities("5,unbounded")
+        ([10, 100, 1000], [5, None])
+    """
+    import numpy as np
+
+    if text.count(":") == 2:
+        try:
+            low, high, count = (int(part.replace("_", "")) for part in text.split(":"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected START:STOP:COUNT integers, got {text!r}") from None
+        if not 1 <= low <= high or count < 1:
+            raise argparse.ArgumentTypeError(f"need 1 <= START <= STOP and COUNT >= 1, got {text!r}")
+        grid = np.unique(np.rint(np.geomspace(low, high, count)).astype(np.int64))
+        return [int(c) for c in grid]
+    return [_capacity(part) for part in text.split(",") if part.strip()] or [_capacity(text)]
 
 
 def _positive_int(text: str) -> int:
@@ -98,6 +123,22 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", type=_out_dir, metavar="DIR",
                      help="write requests.parquet, timeline.parquet, summary.json and occupancy charts")
 
+    swp = sub.add_parser("sweep", help="hit ratio of several policies over a grid of capacities")
+    _add_trace_arguments(swp)
+    swp.add_argument("--policies", default="lru", metavar="P1,P2",
+                     help="comma-separated policy names (default lru); known: " + ", ".join(sorted(POLICIES)))
+    swp.add_argument("--capacities", type=parse_capacities, default=parse_capacities("1000:100000:8"),
+                     metavar="SPEC", help="START:STOP:COUNT (log-spaced) or a comma list, 'unbounded' allowed "
+                                          "(default 1000:100000:8)")
+    swp.add_argument("--touch-order", choices=TOUCH_ORDERS, default="head_most_recent")
+    swp.add_argument("--warmup-fraction", type=_fraction, default=0.0, metavar="F")
+    swp.add_argument("--hit-semantics", choices=("prefix", "independent"), default="prefix")
+    swp.add_argument("--mode", choices=("prefix", "vllm"), default="prefix")
+    swp.add_argument("--serial", action="store_true", help="run in this process (default: all CPUs)")
+    swp.add_argument("--json", action="store_true", help="print the rows as one JSON array")
+    swp.add_argument("--out", type=_out_dir, metavar="DIR",
+                     help="write sweep.parquet, sweep.csv and hit_ratio_vs_capacity.png/.html")
+
     demo = sub.add_parser("demo", help="replay the bundled Mooncake traces; print the table, write figures")
     demo.add_argument("--out", type=_out_dir, default=Path("out/demo"), metavar="DIR", help="default out/demo")
     return parser
@@ -138,6 +179,33 @@ def cmd_replay(args: argparse.Namespace) -> None:
             print(f"wrote {args.out}/ (requests.parquet, timeline.parquet, summary.json, occupancy.png/.html)")
 
 
+def cmd_sweep(args: argparse.Namespace) -> None:
+    """``kvlab sweep TRACE ...``."""
+    from kvlab.sim import sweep
+
+    trace = load_trace(args.trace, block_size=args.block_size)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    frame = sweep(trace, args.capacities, policies, touch_order=args.touch_order,
+                  warmup_fraction=args.warmup_fraction, mode=args.mode, hit_semantics=args.hit_semantics,
+                  executor="serial" if args.serial else None, progress=sys.stderr.isatty())
+    if args.out is not None:
+        from kvlab.viz import hit_ratio_curve, save_chart
+
+        args.out.mkdir(parents=True, exist_ok=True)
+        frame.write_parquet(args.out / "sweep.parquet")
+        frame.write_csv(args.out / "sweep.csv")
+        save_chart(hit_ratio_curve(frame, title=f"{Path(trace.source).name}: token hit ratio vs capacity"),
+                   args.out, "hit_ratio_vs_capacity")
+    if args.json:
+        print(json.dumps(frame.to_dicts()))
+        return
+    print(f"{'policy':<16}{'capacity (blocks)':>18}{'block hit':>11}{'token hit':>11}{'evictions':>12}")
+    for row in frame.iter_rows(named=True):
+        cap = "unbounded" if row["capacity_blocks"] is None else f"{row['capacity_blocks']:,}"
+        print(f"{row['policy']:<16}{cap:>18}{row['block_hit_ratio']:>11.4f}{row['token_hit_ratio']:>11.4f}"
+              f"{row['evictions']:>12,}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``kvlab`` command; returns the exit status."""
     args = build_parser().parse_args(argv)
@@ -146,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd_info(args)
         elif args.command == "replay":
             cmd_replay(args)
+        elif args.command == "sweep":
+            cmd_sweep(args)
         else:
             from kvlab.cli.demo import run_demo
 

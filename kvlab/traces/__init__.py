@@ -7,6 +7,7 @@ name                   what
 :func:`load_trace`     open any supported file (dispatch on content)
 :func:`load_mooncake`  Mooncake FAST'25 JSONL (512-token chained hash ids)
 :func:`chat_sessions`  shared system prompt + multi-turn chat sessions
+:func:`zipf_objects`   one-object requests from a bounded Zipf distribution
 :class:`FlatTrace`     CSR form for the kernels (offsets + dense block ids)
 =====================  ======================================================
 """
@@ -15,7 +16,7 @@ from kvlab.traces.errors import TraceFormatError
 from kvlab.traces.flat import FlatTrace
 from kvlab.traces.load import load_trace
 from kvlab.traces.mooncake import MOONCAKE_BLOCK_SIZE, load_mooncake
-from kvlab.traces.synthetic import ChatWorkload, chat_sessions
+from kvlab.traces.synthetic import ChatWorkload, chat_sessions, zipf_objects
 from kvlab.traces.trace import Trace, TraceStats
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "chat_sessions",
     "load_mooncake",
     "load_trace",
+    "zipf_objects",
 ]
