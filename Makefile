@@ -1,4 +1,6 @@
 # kvlab — every target sets itself up on a fresh machine (Python 3.11 with venv).
+# The venv gets the dev and bench extras: the bench extra (libCacheSim, GPL) is a test and
+# benchmark anchor only, never a kvlab runtime dependency.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -9,7 +11,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
 	touch $(STAMP)
 
 ## make demo — replay the bundled Mooncake traces; table on stdout, figures in out/demo/
@@ -25,6 +27,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_replay.py --out out/bench/bench_replay.json
 	$(BIN)/python benchmarks/bench_hashing.py --out out/bench/bench_hashing.json
 	$(BIN)/python benchmarks/bench_blockpool.py --out out/bench/bench_blockpool.json
+	$(BIN)/python benchmarks/bench_policies.py --out out/bench/bench_policies.json
+	$(BIN)/python benchmarks/bench_mrc.py --out out/bench/bench_mrc.json
+	$(BIN)/python benchmarks/bench_memory.py --out out/bench/bench_memory.json
 
 ## make lab — JupyterLab on the notebooks
 lab: $(STAMP)

@@ -19,6 +19,7 @@ from kvlab.policies import get_policy
 from kvlab.sim.kernel import make_orphan_tracker, replay_range
 from kvlab.sim.vllm_kernel import FREE_ORDERS, make_vllm_state, vllm_replay_range
 from kvlab.traces import Trace
+from kvlab.traces.flat import FlatTrace
 
 TOUCH_ORDERS = ("head_most_recent", "tail_most_recent")
 #: Replay modes: kvlab's cache-level prefix cache, or vLLM v1's block pool (:mod:`kvlab.sim.vllm_kernel`).
@@ -207,15 +208,26 @@ def run_kernel(trace: Trace, config: ReplayConfig, *, progress: bool = False) ->
     """Run the numba replay for ``config`` and return per-request arrays.
 
     ``progress`` shows a tqdm bar over block references (use on a TTY).
+
+    Raises:
+        ValueError: ``trace`` is not a :class:`~kvlab.traces.Trace`.
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
-    flat = trace.flat
+    return run_flat(trace.flat, config, progress=progress)
+
+
+def run_flat(flat: FlatTrace, config: ReplayConfig, *, progress: bool = False) -> KernelRun:
+    """:func:`run_kernel` on the flat arrays alone (no polars frame needed).
+
+    Memory: the outputs are four ``int32[n_requests]`` arrays and a bool array, plus
+    the policy's state (a few arrays of ``n_keys``).
+    """
     n = flat.n_requests
     hits, used, evictions, orphans = (np.zeros(n, dtype=np.int32) for _ in range(4))
     admitted = np.ones(n, dtype=np.bool_)
-    step = _vllm_step(trace, config, hits, used, evictions, admitted) if config.mode == "vllm" \
-        else _prefix_step(trace, config, hits, used, evictions, orphans)
+    step = _vllm_step(flat, config, hits, used, evictions, admitted) if config.mode == "vllm" \
+        else _prefix_step(flat, config, hits, used, evictions, orphans)
     if not progress:
         step(0, n)
     else:
@@ -230,10 +242,9 @@ def run_kernel(trace: Trace, config: ReplayConfig, *, progress: bool = False) ->
     return KernelRun(hits, used, evictions, admitted, orphans)
 
 
-def _prefix_step(trace: Trace, config: ReplayConfig, hits: np.ndarray, used: np.ndarray, evictions: np.ndarray,
+def _prefix_step(flat: FlatTrace, config: ReplayConfig, hits: np.ndarray, used: np.ndarray, evictions: np.ndarray,
                  orphans: np.ndarray) -> Callable[[int, int], None]:
     """The cache-level replay of a policy kernel over requests ``[a, b)``."""
-    flat = trace.flat
     # beyond the working set every capacity behaves as unbounded (and must fit the kernel's int64)
     capacity = flat.n_keys if config.capacity_blocks is None else min(config.capacity_blocks, flat.n_keys)
     state = get_policy(config.policy).make_state(flat, capacity)
@@ -247,10 +258,9 @@ def _prefix_step(trace: Trace, config: ReplayConfig, hits: np.ndarray, used: np.
                                      *tracker, hits, used, evictions, orphans)
 
 
-def _vllm_step(trace: Trace, config: ReplayConfig, hits: np.ndarray, used: np.ndarray, evictions: np.ndarray,
+def _vllm_step(flat: FlatTrace, config: ReplayConfig, hits: np.ndarray, used: np.ndarray, evictions: np.ndarray,
                admitted: np.ndarray) -> Callable[[int, int], None]:
     """The vLLM block-pool replay (:mod:`kvlab.sim.vllm_kernel`) over requests ``[a, b)``."""
-    flat = trace.flat
     blocks = -(-flat.input_tokens // flat.block_size)
     total = int(blocks.sum())
     capacity = total if config.capacity_blocks is None else min(config.capacity_blocks, total)
