@@ -17,7 +17,7 @@ from kvlab.traces import Trace
 SWEEP_SCHEMA = {"source": pl.String, "policy": pl.String, "mode": pl.String, "touch_order": pl.String,
                 "warmup_fraction": pl.Float64, "capacity_blocks": pl.Int64, "block_refs": pl.Int64,
                 "hit_blocks": pl.Int64, "evictions": pl.Int64, "block_hit_ratio": pl.Float64,
-                "token_hit_ratio": pl.Float64}
+                "token_hit_ratio": pl.Float64, "mean_orphaned_share": pl.Float64}
 
 _WORKER_TRACE: Trace | None = None  # the trace a pool worker replays (set by its initializer)
 
@@ -33,21 +33,21 @@ def _run_config(config: ReplayConfig, trace: Trace | None = None) -> dict[str, o
     return {"source": s.source, "policy": s.policy, "mode": s.mode, "touch_order": s.touch_order,
             "warmup_fraction": s.warmup_fraction, "capacity_blocks": s.capacity_blocks, "block_refs": s.block_refs,
             "hit_blocks": s.hit_blocks, "evictions": s.evictions, "block_hit_ratio": s.block_hit_ratio,
-            "token_hit_ratio": s.token_hit_ratio}
+            "token_hit_ratio": s.token_hit_ratio, "mean_orphaned_share": s.mean_orphaned_share}
 
 
 def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Iterable[str] | str = ("lru",), *,
           touch_order: str = "head_most_recent", warmup_fraction: float = 0.0, mode: str = "prefix",
-          free_order: str = "current", hit_semantics: str = "prefix", executor: Executor | str | None = None,
-          progress: bool = False) -> pl.DataFrame:
+          free_order: str = "current", hit_semantics: str = "prefix", track_orphans: bool = False,
+          executor: Executor | str | None = None, progress: bool = False) -> pl.DataFrame:
     """Replay ``trace`` at every (policy, capacity) pair.
 
     Args:
         trace: the workload.
         capacities_blocks: cache capacities in blocks; ``None`` = unbounded.
         policies: policy names (a single name is accepted too).
-        touch_order, warmup_fraction, mode, free_order, hit_semantics: as in
-            :class:`~kvlab.sim.ReplayConfig`.
+        touch_order, warmup_fraction, mode, free_order, hit_semantics, track_orphans: as
+            in :class:`~kvlab.sim.ReplayConfig`.
         executor: ``None`` (default) runs the grid in parallel on this machine's CPUs
             with threads — the replay kernels release the GIL, so threads run them on all
             cores without copying the trace or recompiling (measured here: 8 capacities of
@@ -62,8 +62,8 @@ def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Itera
         One row per run, in grid order (policies × capacities): ``source``, ``policy``,
         ``mode``, ``touch_order`` (str), ``warmup_fraction`` (f64), ``capacity_blocks``
         (i64, null = unbounded), ``block_refs``, ``hit_blocks``, ``evictions`` (i64),
-        ``block_hit_ratio``, ``token_hit_ratio`` (f64) — the input of
-        :func:`kvlab.viz.hit_ratio_curve`.
+        ``block_hit_ratio``, ``token_hit_ratio``, ``mean_orphaned_share`` (f64; null
+        unless ``track_orphans``) — the input of :func:`kvlab.viz.hit_ratio_curve`.
 
     Raises:
         ValueError: an invalid capacity, policy, option or executor.
@@ -80,7 +80,8 @@ def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Itera
     capacities = list(capacities_blocks)  # iterated once per policy
     policies = [policies] if isinstance(policies, str) else list(policies)
     configs = [ReplayConfig(policy=p, capacity_blocks=c, touch_order=touch_order, warmup_fraction=warmup_fraction,
-                            mode=mode, free_order=free_order, hit_semantics=hit_semantics)
+                            mode=mode, free_order=free_order, hit_semantics=hit_semantics,
+                            track_orphans=track_orphans)
                for p in policies for c in capacities]
     rows = _run_all(trace, configs, executor, progress)
     return pl.DataFrame(rows, schema=SWEEP_SCHEMA)
