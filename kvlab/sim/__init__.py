@@ -1,13 +1,14 @@
 """Simulation: cache-level replay of traces through prefix caches.
 
-=========================  ===========================================================
+=========================  ======================================================================
 name                       what
-=========================  ===========================================================
+=========================  ======================================================================
 :func:`replay`             one trace through one cache → requests, timeline, summary
-:func:`sweep`              a grid of capacities × policies → one row per run
+:func:`sweep`              a grid of capacities × policies → one row per run (in parallel)
+:func:`mrc`                LRU hit ratio at every capacity in one pass (Mattson; SHARDS sampling)
 :func:`replay_reference`   plain-Python replay over a policy's reference class (oracle)
 :mod:`kvlab.sim.kernel`    the numba driver shared by every policy
-=========================  ===========================================================
+=========================  ======================================================================
 """
 
 from kvlab.sim.reference import ReferenceRun, replay_reference
@@ -20,6 +21,7 @@ from kvlab.sim.replay import (
     rolling_hit_ratio,
 )
 from kvlab.sim.sweep import sweep
+from kvlab.sim.mrc import mrc  # noqa: E402 - after sweep, whose schema it reuses
 
 __all__ = [
     "TOUCH_ORDERS",
@@ -27,6 +29,7 @@ __all__ = [
     "ReplayConfig",
     "ReplayResult",
     "ReplaySummary",
+    "mrc",
     "replay",
     "replay_reference",
     "rolling_hit_ratio",

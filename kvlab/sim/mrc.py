@@ -1,0 +1,209 @@
+"""Miss-ratio curves: the LRU hit ratio at every capacity from one pass over a trace.
+
+Mattson et al., "Evaluation techniques for storage hierarchies" (IBM Systems Journal,
+1970): LRU keeps the ``C`` most recently used blocks at every capacity ``C`` (the
+inclusion property), so the stack distance of each lookup decides hit or miss at all
+capacities at once. kvlab's prefix semantics (docs/DESIGN.md) carry over: a request's
+block ``j`` is a prefix hit at ``C`` iff blocks ``0..j`` all are, i.e. iff the running
+maximum of their distances is ``<= C``. Distances are counted with a Fenwick tree over
+access timestamps (:mod:`kvlab.sim.mrc_kernel`).
+
+SHARDS (Waldspurger, Park, Garthwaite, Ahmad: "Efficient MRC Construction with
+SHARDS", FAST'15) samples block keys spatially to cut the work and memory further.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from numbers import Integral, Real
+
+import numpy as np
+import polars as pl
+
+from kvlab.sim.mrc_kernel import SHARDS_MODULUS, shards_keep, stack_distance_histograms
+from kvlab.sim.replay import TOUCH_ORDERS
+from kvlab.sim.sweep import SWEEP_SCHEMA
+from kvlab.traces import Trace
+
+#: Number of points of the default capacity grid (log-spaced, see :func:`mrc`).
+DEFAULT_GRID_POINTS = 100
+
+
+def mrc(trace: Trace, *, capacities_blocks: Iterable[int | None] | None = None,
+        touch_order: str = "head_most_recent", warmup_fraction: float = 0.0, shards_rate: float | None = None,
+        seed: int = 0) -> pl.DataFrame:
+    """LRU prefix-cache hit ratios at many capacities from one pass over ``trace``.
+
+    The exact curve (``shards_rate=None``) equals separate :func:`kvlab.sim.replay` runs
+    (policy ``"lru"``, mode ``"prefix"``) at every capacity, block hits, token hits and
+    evictions alike (tested): at each request the kernel takes the LRU stack distance of
+    each block *before* the request's accesses (1 + distinct blocks used since its last
+    use; never used = ∞), the running maximum over the request's blocks ``0..j`` decides
+    block ``j`` (hit at ``C`` iff it is ``<= C``), then the request's blocks are accessed
+    in ``touch_order``. Histograms of that running maximum (blocks, and tokens with the
+    last block counted by the input's remainder) over the measured requests turn into
+    hit counts by cumulative sums. Evictions come from a third histogram: an access
+    evicts at capacity ``C >= 1`` iff its distance at access time (first access: 1 + the
+    distinct blocks seen before) exceeds ``C``.
+
+    SHARDS (``shards_rate``): a block key is sampled iff
+    ``splitmix64(key ^ splitmix64(seed)) >> 40 < T``, ``T = round(shards_rate · 2**24)``
+    (the top 24 bits of a fixed 64-bit hash of the u64 key, modulus ``P = 2**24``; the
+    effective rate is ``R = T / P``; see :func:`kvlab.sim.mrc_kernel.shards_keep`).
+    Unsampled blocks are skipped; sampled distances ``d`` count sampled blocks only and
+    are scaled by ``1/R``: a block hits at ``C`` iff ``d / R <= C``. *Approximation:*
+    the prefix running maximum runs over the request's sampled blocks only (a block
+    whose unsampled predecessor missed may count as a hit). Under chained keys every
+    access to block ``j`` comes with blocks ``0..j-1``: with ``"head_most_recent"`` these
+    are touched after it, so their distances are smaller, the running maximum is the
+    block's own distance and SHARDS is plain SHARDS; with ``"tail_most_recent"`` a
+    predecessor ``i`` is at most ``j − i`` places deeper, so the maximum exceeds the
+    block's own distance by less than the request's length in blocks.
+    Ratios are sampled hits over sampled refs (token-weighted likewise);
+    ``hit_blocks = round(block_hit_ratio · block_refs)`` is an estimate, ``block_refs`` is
+    exact, ``evictions`` is null. Capacities ``>= n_keys`` (the working set) are exactly
+    unbounded and get the unbounded estimate.
+
+    Measured SHARDS error (absolute error of ``block_hit_ratio`` against the exact curve,
+    mean / max over the default 100-point log grid, seed 0, default touch order):
+
+    ======================  ==================  ==================
+    bundled trace           rate 0.1            rate 0.01
+    ======================  ==================  ==================
+    conversation            0.0373 / 0.0417     0.0375 / 0.0425
+    synthetic               0.0021 / 0.0090     0.0044 / 0.0140
+    ======================  ==================  ==================
+
+    (Over seeds 0–9 the mean error averages 0.038 / 0.039 on conversation and 0.003 /
+    0.008 on synthetic.) The conversation error is one key's doing: the trace's shared
+    first block is in all 12,031 requests — 4.2 % of the references, nearly all hits at
+    distance 1 — and is left out of the sample with probability ``1 − R``, taking its
+    hits with it (at ``C < 1/R`` no sampled block can hit at all). Spatial sampling
+    weighs every sampled key alike, so a trace dominated by a few hot keys needs a
+    higher rate or the exact curve, which is cheap here anyway.
+
+    Args:
+        trace: the workload.
+        capacities_blocks: cache capacities in blocks (integers in ``[0, 2**63)``;
+            ``None`` = unbounded), one row each, in the order given. Default: 100 log-spaced
+            integers from 1 to ``trace.distinct_blocks`` (the working set, beyond which
+            every capacity is unbounded), de-duplicated, then ``None``.
+        touch_order: ``"head_most_recent"`` or ``"tail_most_recent"``
+            (:class:`~kvlab.sim.ReplayConfig`).
+        warmup_fraction: in ``[0, 1)``; the first ``floor(f · n_requests)`` requests
+            fill the cache but are not counted.
+        shards_rate: ``None`` (exact) or the SHARDS sampling rate in ``(0, 1]``
+            (``>= 2**-25``, so that ``T >= 1``).
+        seed: integer in ``[0, 2**64)`` choosing the SHARDS sample (unused when exact).
+
+    Returns:
+        One row per capacity, the schema of :func:`kvlab.sim.sweep`: ``source``,
+        ``policy`` (``"lru"``), ``mode`` (``"prefix"``), ``touch_order`` (str),
+        ``warmup_fraction`` (f64), ``capacity_blocks`` (i64, null = unbounded),
+        ``block_refs``, ``hit_blocks``, ``evictions`` (i64; evictions null under SHARDS),
+        ``block_hit_ratio``, ``token_hit_ratio`` (f64; 0.0 when the denominator is 0),
+        ``mean_orphaned_share`` (f64, always null: orphans are not tracked here).
+
+    Raises:
+        ValueError: ``trace`` is not a Trace; a capacity that is not an integer in
+            ``[0, 2**63)`` or ``None``; an unknown ``touch_order``; ``warmup_fraction`` outside
+            ``[0, 1)``; ``shards_rate`` outside ``(0, 1]`` or too small; ``seed`` not an
+            integer in ``[0, 2**64)`` (each message names the parameter).
+
+    Complexity:
+        Time ``O(refs · log refs)`` for the pass (two Fenwick queries and two updates
+        per block reference; a request's lookups stop querying at its first never-seen
+        block) plus ``O(n_keys + len(capacities_blocks))`` to read the curve off; with
+        SHARDS ``O(refs + n_keys + R · refs · log(R · refs))``. Memory: the trace's
+        :class:`~kvlab.traces.FlatTrace`, plus ``int32[R · refs + 1]`` (the tree) and
+        ``int64[n_keys]`` + 3 × ``int64[n_keys + 2]`` + ``bool[n_keys]`` — about
+        4 bytes per (sampled) reference and 41 per distinct block. Measured here (2
+        cores): the conversation trace (288,500 refs, 182,790 blocks) in 8 ms, a 10 M-ref
+        chat trace (985,405 blocks) in 1.0 s, or 0.06 s at ``shards_rate=0.01``.
+
+    Example:
+        >>> from kvlab.paths import bundled_trace_path
+        >>> from kvlab.traces import load_trace
+        >>> trace = load_trace(bundled_trace_path("conversation"))
+        >>> curve = mrc(trace, capacities_blocks=[1_000, 10_000, None])
+        >>> [(c, h, round(r, 4)) for c, h, r in curve.select("capacity_blocks", "hit_blocks", "block_hit_ratio").rows()]
+        [(1000, 12847, 0.0445), (10000, 61046, 0.2116), (None, 105710, 0.3664)]
+        >>> len(mrc(trace))  # default: 100 log-spaced capacities, de-duplicated (90 here), then unbounded
+        91
+        >>> round(mrc(trace, capacities_blocks=[10_000], shards_rate=0.1)["block_hit_ratio"][0], 4)
+        0.1744
+    """
+    _check(trace, touch_order, warmup_fraction, shards_rate, seed)
+    flat = trace.flat
+    n, n_keys = flat.n_requests, flat.n_keys
+    capacities = _capacities(capacities_blocks, n_keys)
+    skip = int(np.floor(warmup_fraction * n))
+    threshold = SHARDS_MODULUS if shards_rate is None else round(shards_rate * SHARDS_MODULUS)
+    sampled = shards_rate is not None
+    keep = shards_keep(flat.keys, threshold, seed) if sampled else np.ones(n_keys, dtype=np.bool_)
+    n_slots = int(np.count_nonzero(keep[flat.block_ids])) if sampled else flat.n_refs
+    block_hist, token_hist, evict_hist = (np.zeros(n_keys + 2, dtype=np.int64) for _ in range(3))
+    stack_distance_histograms(flat.offsets, flat.block_ids, flat.input_tokens, flat.block_size, skip,
+                              touch_order == "head_most_recent", sampled, keep, n_slots,
+                              block_hist, token_hist, evict_hist)
+
+    block_refs = int(flat.offsets[n] - flat.offsets[skip])
+    inputs = flat.input_tokens[skip:]
+    input_tokens = int(inputs.sum())
+    cum_blocks = np.cumsum(block_hist[: n_keys + 1])  # [d] = hits at capacity d, d <= n_keys
+    cum_tokens = np.cumsum(token_hist[: n_keys + 1])
+    caps = np.array([n_keys if c is None else min(c, n_keys) for c in capacities], dtype=np.int64)
+    if not sampled:
+        hit_blocks = cum_blocks[caps]
+        hit_tokens = cum_tokens[caps]
+        evictions = np.where(caps > 0, evict_hist.sum() - np.cumsum(evict_hist)[caps], 0)
+        block_ratio = hit_blocks / block_refs if block_refs else np.zeros(len(caps))
+        token_ratio = hit_tokens / input_tokens if input_tokens else np.zeros(len(caps))
+    else:
+        # hit iff d / R <= C  <=>  d <= floor(C * T / P); C >= n_keys is exactly unbounded
+        idx = np.where(caps >= n_keys, n_keys, np.minimum(caps * threshold // SHARDS_MODULUS, n_keys))
+        sampled_refs, sampled_tokens = int(block_hist.sum()), int(token_hist.sum())
+        block_weights = int(np.minimum(flat.blocks_per_request()[skip:] * flat.block_size, inputs).sum())
+        block_ratio = cum_blocks[idx] / sampled_refs if sampled_refs else np.zeros(len(caps))
+        token_ratio = (cum_tokens[idx] / sampled_tokens * block_weights / input_tokens
+                       if sampled_tokens and input_tokens else np.zeros(len(caps)))
+        hit_blocks = np.rint(block_ratio * block_refs).astype(np.int64)
+        evictions = None
+    k = len(capacities)
+    return pl.DataFrame({
+        "source": [trace.source] * k, "policy": ["lru"] * k, "mode": ["prefix"] * k, "touch_order": [touch_order] * k,
+        "warmup_fraction": [float(warmup_fraction)] * k, "capacity_blocks": capacities,
+        "block_refs": [block_refs] * k, "hit_blocks": hit_blocks,
+        "evictions": pl.Series([None] * k, dtype=pl.Int64) if evictions is None else evictions,
+        "block_hit_ratio": block_ratio, "token_hit_ratio": token_ratio,
+        "mean_orphaned_share": pl.Series([None] * k, dtype=pl.Float64),
+    }, schema=SWEEP_SCHEMA)
+
+
+def _check(trace: object, touch_order: object, warmup_fraction: object, shards_rate: object, seed: object) -> None:
+    if not isinstance(trace, Trace):
+        raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
+    if touch_order not in TOUCH_ORDERS:
+        raise ValueError(f"touch_order must be one of {TOUCH_ORDERS}, got {touch_order!r}")
+    w = warmup_fraction
+    if isinstance(w, bool) or not isinstance(w, Real) or not 0.0 <= w < 1.0:
+        raise ValueError(f"warmup_fraction must be a number in [0, 1), got {w!r}")
+    r = shards_rate
+    if r is not None and (isinstance(r, bool) or not isinstance(r, Real) or not 0.0 < r <= 1.0
+                          or round(r * SHARDS_MODULUS) < 1):
+        raise ValueError(f"shards_rate must be None or a number in (0, 1] and >= 2**-25, got {r!r}")
+    if isinstance(seed, bool) or not isinstance(seed, Integral) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+
+
+def _capacities(capacities_blocks: object, n_keys: int) -> list[int | None]:
+    if capacities_blocks is None:
+        grid = np.unique(np.rint(np.geomspace(1, n_keys, DEFAULT_GRID_POINTS))).astype(np.int64) if n_keys else []
+        return [*(int(c) for c in grid), None]
+    if isinstance(capacities_blocks, (str, bytes)) or not isinstance(capacities_blocks, Iterable):
+        raise ValueError(f"capacities_blocks must be an iterable of integers >= 0 or None, got {capacities_blocks!r}")
+    capacities = list(capacities_blocks)
+    for c in capacities:
+        if c is not None and (isinstance(c, bool) or not isinstance(c, Integral) or not 0 <= c < 2**63):
+            raise ValueError(f"capacities_blocks must hold integers in [0, 2**63) or None, got {c!r}")
+    return [None if c is None else int(c) for c in capacities]
