@@ -14,7 +14,7 @@ ALL = sorted(POLICIES)
 
 
 def test_unknown_policy_lists_known_ones() -> None:
-    with pytest.raises(ValueError, match=r"unknown policy 'belady2'; known policies: \['lru'\]"):
+    with pytest.raises(ValueError, match=r"unknown policy 'belady2'; known policies: \[.*'lru'.*\]"):
         get_policy("belady2")
 
 

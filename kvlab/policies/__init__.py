@@ -12,11 +12,12 @@ Each policy module holds a readable reference class and numba kernel hooks
 
 from __future__ import annotations
 
-from kvlab.policies import lru
+from kvlab.policies import fifo, lfu, lru, s3fifo, sieve
 from kvlab.policies.base import PolicySpec, ReferencePolicy
 
 #: Registered policies by name.
-POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (lru.SPEC,)}
+POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (lru.SPEC, fifo.SPEC, lfu.SPEC, s3fifo.SPEC,
+                                                                sieve.SPEC)}
 
 
 def register_policy(spec: PolicySpec) -> None:
