@@ -1,10 +1,18 @@
 """Eviction policies as small plug-ins, selected by name.
 
-==========  ==========================================  ========================================
-name        evicts                                      models
-==========  ==========================================  ========================================
-``lru``     the least recently used block               vLLM v1 free queue, LMCache, SGLang
-==========  ==========================================  ========================================
+==================  ===============================================  ==========================================
+name                evicts                                           models
+==================  ===============================================  ==========================================
+``lru``             the least recently used block                    vLLM v1 free queue, LMCache, SGLang
+``fifo``            the oldest inserted block (hits do not reorder)  FIFO baseline (libCacheSim ``FIFO``)
+``lfu``             the least frequently used block, LRU on ties     LFU baseline; Mooncake arXiv Table 1
+``s3fifo``          small FIFO → main FIFO with ghost queue          Yang et al., SOSP'23 (libCacheSim ``S3FIFO``)
+``sieve``           the first unvisited block under a moving hand    Zhang et al., NSDI'24 (libCacheSim ``Sieve``)
+``arc``             adaptive between recency and frequency lists     Megiddo & Modha, FAST'03 (libCacheSim ``ARC``)
+``length_aware``    lowest (count, position in request), LRU ties    Mooncake LengthAwareCache (arXiv 2407.00079)
+``leaf_first_lru``  least recent block with no resident child        SGLang RadixCache leaf eviction
+``belady``          the block next used furthest in the future       Belady's MIN (offline optimum, upper bound)
+==================  ===============================================  ==========================================
 
 Each policy module holds a readable reference class and numba kernel hooks
 (:mod:`kvlab.policies.base` states the contract) and a ``SPEC`` registered here.
@@ -12,12 +20,13 @@ Each policy module holds a readable reference class and numba kernel hooks
 
 from __future__ import annotations
 
-from kvlab.policies import fifo, lfu, lru, s3fifo, sieve
+from kvlab.policies import arc, belady, fifo, leaf_first_lru, length_aware, lfu, lru, s3fifo, sieve
 from kvlab.policies.base import PolicySpec, ReferencePolicy
 
 #: Registered policies by name.
-POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (lru.SPEC, fifo.SPEC, lfu.SPEC, s3fifo.SPEC,
-                                                                sieve.SPEC)}
+POLICIES: dict[str, PolicySpec] = {spec.name: spec for spec in (
+    lru.SPEC, fifo.SPEC, lfu.SPEC, s3fifo.SPEC, sieve.SPEC, arc.SPEC, length_aware.SPEC, leaf_first_lru.SPEC,
+    belady.SPEC)}
 
 
 def register_policy(spec: PolicySpec) -> None:

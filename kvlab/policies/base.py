@@ -77,17 +77,40 @@ class PolicySpec:
         name: registry name (``"lru"``).
         summary: one line: what it evicts.
         models: the system or paper it models.
-        reference: ``capacity_blocks -> ReferencePolicy`` (``None`` = unbounded).
+        reference: ``capacity_blocks -> ReferencePolicy`` (``None`` = unbounded); when
+            ``reference_uses_trace``, called as ``reference(capacity_blocks,
+            requests=block_keys_per_request)`` (positions, parents, next uses).
         make_state: ``(flat_trace, capacity_blocks) -> NamedTuple`` of numpy arrays for
             the kernel hooks (``capacity_blocks`` is an int here; the caller maps
             "unbounded" to ``flat_trace.n_keys``).
+        reference_uses_trace: the reference class needs the whole trace (a policy that
+            reads per-reference facts such as a block's position or next use).
     """
 
     name: str
     summary: str
     models: str
-    reference: Callable[[int | None], ReferencePolicy]
+    reference: Callable[..., ReferencePolicy]
     make_state: Callable[[FlatTrace, int], NamedTuple]
+    reference_uses_trace: bool = False
+
+
+def check_capacity(capacity_blocks: object) -> int | None:
+    """``capacity_blocks`` as an ``int`` (``None`` = unbounded), checked the same way for
+    every reference class.
+
+    Raises:
+        ValueError: negative, boolean or non-integer capacity.
+
+    Example:
+        >>> check_capacity(np.int64(8)), check_capacity(None)
+        (8, None)
+    """
+    if capacity_blocks is not None and (isinstance(capacity_blocks, bool)
+                                        or not isinstance(capacity_blocks, (int, np.integer))
+                                        or capacity_blocks < 0):
+        raise ValueError(f"capacity_blocks must be an integer >= 0 or None, got {capacity_blocks!r}")
+    return None if capacity_blocks is None else int(capacity_blocks)
 
 
 _PYTHON_HOOKS: dict[type, tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]] = {}

@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvlab.policies.base import PolicySpec, register_kernel
+from kvlab.policies.base import PolicySpec, check_capacity, register_kernel
 from kvlab.traces.flat import FlatTrace
 
 
@@ -62,11 +62,7 @@ class LFU:
     """
 
     def __init__(self, capacity_blocks: int | None) -> None:
-        if capacity_blocks is not None and (isinstance(capacity_blocks, bool)
-                                            or not isinstance(capacity_blocks, (int, np.integer))
-                                            or capacity_blocks < 0):
-            raise ValueError(f"capacity_blocks must be an integer >= 0 or None, got {capacity_blocks!r}")
-        self.capacity_blocks = None if capacity_blocks is None else int(capacity_blocks)
+        self.capacity_blocks = check_capacity(capacity_blocks)
         self._count: dict[int, int] = {}
         self._buckets: dict[int, OrderedDict[int, None]] = {}  # count -> blocks, least recent first
         self._min_count = 0

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvlab.policies.base import PolicySpec, register_kernel
+from kvlab.policies.base import PolicySpec, check_capacity, register_kernel
 from kvlab.traces.flat import FlatTrace
 
 
@@ -36,11 +36,7 @@ class LRU:
     """
 
     def __init__(self, capacity_blocks: int | None) -> None:
-        if capacity_blocks is not None and (isinstance(capacity_blocks, bool)
-                                            or not isinstance(capacity_blocks, (int, np.integer))
-                                            or capacity_blocks < 0):
-            raise ValueError(f"capacity_blocks must be an integer >= 0 or None, got {capacity_blocks!r}")
-        self.capacity_blocks = None if capacity_blocks is None else int(capacity_blocks)
+        self.capacity_blocks = check_capacity(capacity_blocks)
         self._order: OrderedDict[int, None] = OrderedDict()  # first = least recent
 
     def __contains__(self, block_id: int) -> bool:

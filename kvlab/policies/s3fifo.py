@@ -44,7 +44,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from kvlab.policies.base import PolicySpec, register_kernel
+from kvlab.policies.base import PolicySpec, check_capacity, register_kernel
 from kvlab.traces.flat import FlatTrace
 
 SMALL, MAIN, GHOST = 1, 2, 3  # queue codes in the kernel's ``where``; 0 = nowhere
@@ -109,11 +109,7 @@ class S3FIFO:
 
     def __init__(self, capacity_blocks: int | None, *, small_size_ratio: float = 0.1,
                  ghost_size_ratio: float = 0.9, move_to_main_threshold: int = 2) -> None:
-        if capacity_blocks is not None and (isinstance(capacity_blocks, bool)
-                                            or not isinstance(capacity_blocks, (int, np.integer))
-                                            or capacity_blocks < 0):
-            raise ValueError(f"capacity_blocks must be an integer >= 0 or None, got {capacity_blocks!r}")
-        self.capacity_blocks = None if capacity_blocks is None else int(capacity_blocks)
+        self.capacity_blocks = check_capacity(capacity_blocks)
         sizes = queue_sizes(self.capacity_blocks or 0, small_size_ratio, ghost_size_ratio, move_to_main_threshold)
         self._small_size, self._main_size, self._ghost_size = sizes
         self._threshold = move_to_main_threshold

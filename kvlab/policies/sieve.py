@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvlab.policies.base import PolicySpec, register_kernel
+from kvlab.policies.base import PolicySpec, check_capacity, register_kernel
 from kvlab.traces.flat import FlatTrace
 
 
@@ -61,11 +61,7 @@ class Sieve:
     """
 
     def __init__(self, capacity_blocks: int | None) -> None:
-        if capacity_blocks is not None and (isinstance(capacity_blocks, bool)
-                                            or not isinstance(capacity_blocks, (int, np.integer))
-                                            or capacity_blocks < 0):
-            raise ValueError(f"capacity_blocks must be an integer >= 0 or None, got {capacity_blocks!r}")
-        self.capacity_blocks = None if capacity_blocks is None else int(capacity_blocks)
+        self.capacity_blocks = check_capacity(capacity_blocks)
         self._queue: list[int] = []  # oldest (tail) first, newest (head) last
         self._visited: dict[int, bool] = {}
         self._hand: int | None = None  # index into _queue; None = start at the tail

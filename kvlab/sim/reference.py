@@ -48,12 +48,15 @@ def replay_reference(trace: Trace, *, policy: str = "lru", capacity_blocks: int 
         raise ValueError(f"touch_order must be 'head_most_recent' or 'tail_most_recent', got {touch_order!r}")
     if hit_semantics not in ("prefix", "independent"):
         raise ValueError(f"hit_semantics must be 'prefix' or 'independent', got {hit_semantics!r}")
-    cache = get_policy(policy).reference(capacity_blocks)
+    spec = get_policy(policy)
+    requests = trace.frame["block_keys"].to_list()
+    cache = (spec.reference(capacity_blocks, requests=requests) if spec.reference_uses_trace
+             else spec.reference(capacity_blocks))
     n = len(trace)
     hits, used, evictions, orphans = (np.zeros(n, dtype=np.int64) for _ in range(4))
     parent: dict[int, int | None] = {}
     ref_index = 0
-    for r, keys in enumerate(trace.frame["block_keys"].to_list()):
+    for r, keys in enumerate(requests):
         for i, key in enumerate(keys):
             parent.setdefault(key, keys[i - 1] if i else None)
         order = range(len(keys) - 1, -1, -1) if touch_order == "head_most_recent" else range(len(keys))
