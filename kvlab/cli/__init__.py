@@ -1,4 +1,4 @@
-"""The ``kvlab`` command: ``kvlab info``, ``kvlab replay``, ``kvlab sweep``, ``kvlab demo``.
+"""The ``kvlab`` command: ``kvlab info``, ``replay``, ``sweep``, ``figures``, ``demo``.
 
 TRACE arguments are a file path, or the name of a bundled trace (``conversation``,
 ``synthetic``) when no such file exists (see :func:`kvlab.traces.load_trace`). Errors in
@@ -139,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--out", type=_out_dir, metavar="DIR",
                      help="write sweep.parquet, sweep.csv and hit_ratio_vs_capacity.png/.html")
 
+    figs = sub.add_parser("figures", help="recompute the Mooncake paper figures on the bundled traces (PNG, SVG)")
+    figs.add_argument("--out", type=_out_dir, default=Path("out/figures"), metavar="DIR",
+                      help="default out/figures")
+
     demo = sub.add_parser("demo", help="replay the bundled Mooncake traces; print the table, write figures")
     demo.add_argument("--out", type=_out_dir, default=Path("out/demo"), metavar="DIR", help="default out/demo")
     return parser
@@ -216,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
             cmd_replay(args)
         elif args.command == "sweep":
             cmd_sweep(args)
+        elif args.command == "figures":
+            from kvlab.cli.figures import run_figures
+
+            run_figures(args.out)
         else:
             from kvlab.cli.demo import run_demo
 

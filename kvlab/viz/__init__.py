@@ -5,10 +5,13 @@ function                          chart
 ================================  ============================================================
 :func:`occupancy_chart`           used blocks (and capacity) over time, rolling hit ratio below
 :func:`hit_ratio_curve`           hit ratio vs capacity (log x), one line per series
-:func:`save_chart`                write a chart as PNG and standalone HTML (offline)
+:func:`save_chart`                write a chart as PNG, SVG, PDF or standalone HTML (offline)
 :func:`use_offline_rendering`     show charts in Jupyter with no internet access
 :func:`block_pool_chart`          a vLLM block pool: blocks by state, ref counts, free queue
 :func:`radix_tree_chart`          an SGLang radix tree: nodes, locks, evictable leaves
+:func:`cache_ratio_chart`         FAST'25 Table 2 "cache ratio" vs ours under each definition
+:func:`figure9_chart`             FAST'25 Figure 9: hit ratio vs capacity in tokens, 3 M labels
+:func:`table1_chart`              arXiv Table 1 shape: LRU / LFU / LengthAware vs capacity
 ================================  ============================================================
 
 Timelines are pre-aggregated in polars (at most ``max_points`` bins per metric) so the
@@ -23,6 +26,7 @@ import altair as alt
 import polars as pl
 
 from kvlab.viz.engine_charts import block_pool_chart, radix_tree_chart, tree_layout
+from kvlab.viz.figures import cache_ratio_chart, figure9_chart, table1_chart
 
 #: How each timeline metric is aggregated inside a bin of steps.
 _BIN_AGG = {"used_blocks": "max", "capacity_blocks": "max", "evictions": "sum", "hit_ratio_rolling": "mean"}
@@ -133,22 +137,30 @@ def hit_ratio_curve(frame: pl.DataFrame, *, metric: str = "token_hit_ratio", col
     return chart.properties(title=title) if title else chart
 
 
-def save_chart(chart: alt.TopLevelMixin, directory: str | Path, name: str) -> list[Path]:
-    """Save ``chart`` as ``name.png`` (2× scale) and a standalone ``name.html``.
-
-    Both render offline (vl-convert; the HTML inlines the Vega libraries).
+def save_chart(chart: alt.TopLevelMixin, directory: str | Path, name: str,
+               formats: tuple[str, ...] = ("png", "html")) -> list[Path]:
+    """Save ``chart`` as ``name.<format>`` for each of ``formats``: ``png`` (2× scale),
+    ``svg``, ``pdf``, standalone ``html`` (the Vega libraries inlined) or ``json`` (the
+    Vega-Lite spec). All render offline (vl-convert).
 
     Returns:
-        The two paths written.
+        The paths written, in ``formats`` order.
+
+    Raises:
+        ValueError: an unknown format.
     """
+    unknown = set(formats) - {"png", "svg", "pdf", "html", "json"}
+    if unknown:
+        raise ValueError(f"unknown chart format(s) {sorted(unknown)}; known: html, json, pdf, png, svg")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    png, html = directory / f"{name}.png", directory / f"{name}.html"
-    chart.save(png, scale_factor=2)
-    chart.save(html, inline=True)
-    return [png, html]
-
-
+    paths = []
+    for fmt in formats:
+        path = directory / f"{name}.{fmt}"
+        options = {"png": {"scale_factor": 2}, "html": {"inline": True}}.get(fmt, {})
+        chart.save(path, **options)
+        paths.append(path)
+    return paths
 
 
 def use_offline_rendering() -> None:
@@ -161,5 +173,6 @@ def use_offline_rendering() -> None:
     alt.JupyterChart.enable_offline()
 
 
-__all__ = ["block_pool_chart", "downsample_timeline", "hit_ratio_curve", "occupancy_chart", "radix_tree_chart",
-           "save_chart", "tree_layout", "use_offline_rendering"]
+__all__ = ["block_pool_chart", "cache_ratio_chart", "downsample_timeline", "figure9_chart", "hit_ratio_curve",
+           "occupancy_chart", "radix_tree_chart", "save_chart", "table1_chart", "tree_layout",
+           "use_offline_rendering"]
