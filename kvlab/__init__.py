@@ -27,7 +27,7 @@ Example:
 __version__ = "0.1.0"
 
 from kvlab.paths import bundled_trace_path, data_dir  # noqa: E402 - __version__ first, for kvlab.cli
-from kvlab.sim import ReplayConfig, ReplayResult, replay, sweep  # noqa: E402
+from kvlab.sim import ReplayConfig, ReplayResult, mrc, replay, sweep  # noqa: E402
 from kvlab.traces import Trace, TraceFormatError, load_mooncake, load_trace  # noqa: E402
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "data_dir",
     "load_mooncake",
     "load_trace",
+    "mrc",
     "replay",
     "sweep",
 ]

@@ -10,7 +10,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def test_readme_python_example_runs(capsys) -> None:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert len(blocks) == 3 and len(blocks[0].strip().splitlines()) <= 12
+    assert len(blocks) == 4 and len(blocks[0].strip().splitlines()) <= 12
     namespace: dict = {}
     for block in blocks:  # run in order, in one namespace, as a reader would
         exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - our own README
@@ -23,3 +23,9 @@ def test_readme_python_example_runs(capsys) -> None:
     assert namespace["coarse"].block_size == 32
     assert [b.block_id for b in namespace["new_blocks"]] == [1, 2, 3, 4, 5] and namespace["hit_tokens"] == 0
     assert namespace["run"].admitted.all()
+    assert namespace["lru_curve"].height == 100 and namespace["lru_curve"]["token_hit_ratio"].is_sorted()
+    grid = namespace["grid"]
+    assert grid.height == 6 and set(grid["policy"]) == {"lru", "s3fifo", "belady"}
+    lru = namespace["lru_curve"].filter(namespace["lru_curve"]["capacity_blocks"] == 2_000)
+    assert lru["hit_blocks"].to_list() == grid.filter(grid["policy"] == "lru")["hit_blocks"].to_list()[:1]
+    assert lru.height == 1
