@@ -9,6 +9,13 @@ the paper's Figure 4 verbatim: cases I–IV, ``REPLACE``, and a real-valued ``p`
 means moving it from ``T1``/``T2`` to its ghost list (or, in case IV.A with ``B1``
 empty, dropping it). An unbounded cache never evicts, so it never adapts.
 
+``remove`` (not in the paper) takes a block out of ``T1``/``T2`` without a ghost entry,
+so the cache can hold ghosts while not full, which the paper's invariants exclude; the
+reference then inserts without REPLACE while it is not full, only trimming the ghost
+lists to their bounds (``|T1| + |B1| ≤ c``, all four ``≤ 2c``). Without ``remove``
+every REPLACE happens in a full cache, so this changes nothing (the kernel has no
+``remove``).
+
 The reference keeps four ``OrderedDict``; the kernel four intrusive doubly linked lists
 over dense block ids sharing one ``prev``/``next`` pair (sentinels ``n_keys + 0..3``),
 with ``where[k]`` naming the list a block is on: O(1) per access.
@@ -95,10 +102,10 @@ class ARC:
     def _replace(self, in_b2: bool) -> int:
         """The paper's REPLACE: move T1's or T2's LRU block to its ghost list; return it."""
         t1 = len(self._t1)
-        if t1 >= 1 and (t1 > self.p or (in_b2 and t1 == self.p)):
+        if t1 >= 1 and (t1 > self.p or (in_b2 and t1 == self.p) or not self._t2):
             victim = self._t1.popitem(last=False)[0]
             self._b1[victim] = None
-        else:  # T2 is non-empty here: the cache is full and T1 holds at most p blocks
+        else:  # T2 is non-empty here (T1 is empty, or the test above saw T2 non-empty)
             victim = self._t2.popitem(last=False)[0]
             self._b2[victim] = None
         return victim
@@ -116,31 +123,51 @@ class ARC:
         if c is None:  # unbounded: lists never fill, nothing is replaced
             self._t1[x] = None
             return []
+        full = len(self) >= c  # always, on a ghost hit, unless blocks were removed
         if x in self._b1:  # case II
             self.p = min(self.p + self._delta(len(self._b1), len(self._b2)), float(c))
-            evicted = [self._replace(in_b2=False)]
+            evicted = [self._replace(in_b2=False)] if full else []
             del self._b1[x]
             self._t2[x] = None
             return evicted
         if x in self._b2:  # case III
             self.p = max(self.p - self._delta(len(self._b2), len(self._b1)), 0.0)
-            evicted = [self._replace(in_b2=True)]
+            evicted = [self._replace(in_b2=True)] if full else []
             del self._b2[x]
             self._t2[x] = None
             return evicted
-        evicted = []  # case IV: a complete miss
-        if len(self._t1) + len(self._b1) == c:  # case A: L1 holds c pages
-            if len(self._t1) < c:
-                self._b1.popitem(last=False)
-                evicted.append(self._replace(in_b2=False))
-            else:
-                evicted.append(self._t1.popitem(last=False)[0])
-        elif len(self._t1) + len(self._t2) + len(self._b1) + len(self._b2) >= c:  # case B
-            if len(self._t1) + len(self._t2) + len(self._b1) + len(self._b2) == 2 * c:
-                self._b2.popitem(last=False)
-            evicted.append(self._replace(in_b2=False))
+        evicted = [self.evict()] if full else []  # case IV: a complete miss
+        if len(self._t1) + len(self._b1) >= c:  # case A: L1 holds c pages (B1 is not empty here)
+            self._b1.popitem(last=False)
+        elif len(self._t1) + len(self._t2) + len(self._b1) + len(self._b2) >= 2 * c:  # case B
+            self._b2.popitem(last=False)
         self._t1[x] = None
         return evicted
+
+    def remove(self, block_id: int) -> bool:
+        """Drop a resident block (not an eviction) from T1 or T2; ``False`` if it was
+        not resident (a ghost id is not resident: it stays). The block does *not* enter
+        B1/B2 and ``p`` is unchanged. While the cache is not full afterwards, a ghost hit
+        or a miss inserts without REPLACE (a miss still trims the ghost lists)."""
+        for resident in (self._t1, self._t2):
+            if block_id in resident:
+                del resident[block_id]
+                return True
+        return False
+
+    def evict(self) -> int | None:
+        """Evict one block as inserting a block in no list would: REPLACE with ``x ∉
+        B2`` — T1's LRU block to B1 if ``|T1| > p`` (or T2 is empty), else T2's LRU
+        block to B2; ``p`` is unchanged. When T1 holds all ``c`` blocks its LRU block
+        goes to B1 where the paper's case IV.A drops it; the ghost trimming of the
+        insertion that follows drops it, so ``evict()`` then ``access(x, i)`` leave the
+        state ``access(x, i)`` on the full cache leaves. Unbounded: no ghost entry (an
+        unbounded cache keeps none). ``None`` if nothing is resident."""
+        if not len(self):
+            return None
+        if self.capacity_blocks is None:
+            return (self._t1 or self._t2).popitem(last=False)[0]
+        return self._replace(in_b2=False)
 
 
 class ARCState(NamedTuple):

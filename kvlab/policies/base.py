@@ -4,7 +4,11 @@ A policy is two things that must agree exactly:
 
 * a **reference class**: readable Python, one object per cache, implementing
   :class:`ReferencePolicy` (``key in cache``, ``cache.access(key, ref_index)``,
-  ``len(cache)``) — the oracle the tests compare against;
+  ``len(cache)``) — the oracle the tests compare against — plus ``cache.remove(key)``
+  (drop a resident block without an eviction) and ``cache.evict()`` (evict the block
+  that inserting a new one into a full cache would), with which a caller such as a
+  tiered store moves blocks out and enforces capacity itself (the kernels have no
+  counterpart);
 * **kernel hooks** for the numba replay: a ``NamedTuple`` of numpy arrays holding the
   state, and three small functions registered with :func:`register_kernel`:
 
@@ -71,6 +75,21 @@ class ReferencePolicy(Protocol):
 
     def __len__(self) -> int:
         """Number of resident blocks."""
+        ...
+
+    def remove(self, block_id: int) -> bool:
+        """Drop a resident block without counting it as an eviction (promoted to another
+        tier, invalidated, pinned): it enters no ghost or history list. Returns ``False``,
+        changing nothing, if it was not resident. Each policy documents what becomes of
+        its metadata."""
+        ...
+
+    def evict(self) -> int | None:
+        """Choose and remove one resident block, exactly as the policy would to make room
+        for inserting a block it knows nothing of (not resident, in no ghost list); return
+        it, or ``None`` if nothing is resident. On a full cache, ``evict()`` equals the
+        first victim of ``access(new_key, i)``, internal steps (reinsertions, ghost
+        entries) included."""
         ...
 
 

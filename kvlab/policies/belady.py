@@ -104,12 +104,29 @@ class Belady:
             return []
         evicted = []
         if self.capacity_blocks is not None and len(self._resident) >= self.capacity_blocks:
-            # furthest next use; among never-used-again blocks the least recent
-            victim = max(self._resident, key=lambda k: (self._resident[k][0], -self._resident[k][1]))
-            del self._resident[victim]
-            evicted.append(victim)
+            evicted.append(self.evict())
         self._resident[block_id] = (next_use, self._clock)
         return evicted
+
+    def remove(self, block_id: int) -> bool:
+        """Drop a resident block (not an eviction) with its next use and last access;
+        ``False`` if it was not resident."""
+        return self._resident.pop(block_id, None) is not None
+
+    def evict(self) -> int | None:
+        """Evict the block whose stored next use is furthest (never-used-again blocks
+        first, least recent among them) — the victim of the next insertion into a full
+        cache; ``None`` if nothing is resident. The choice does not depend on the current
+        reference (only the inserted block's next use does), so there is no
+        ``ref_index``; a stored next use is that of the block's latest access *here*, so
+        it can lie in the past if the block's later references were not passed to this
+        cache (e.g. served by another tier)."""
+        if not self._resident:
+            return None
+        # furthest next use; among never-used-again blocks the least recent
+        victim = max(self._resident, key=lambda k: (self._resident[k][0], -self._resident[k][1]))
+        del self._resident[victim]
+        return victim
 
 
 class BeladyState(NamedTuple):

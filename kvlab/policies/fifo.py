@@ -70,11 +70,26 @@ class FIFO:
             return []
         evicted = []
         if self.capacity_blocks is not None and len(self._order) >= self.capacity_blocks:
-            victim = next(iter(self._order))
-            del self._order[victim]
-            evicted.append(victim)
+            evicted.append(self.evict())
         self._order[block_id] = None
         return evicted
+
+    def remove(self, block_id: int) -> bool:
+        """Drop a resident block (not an eviction); ``False`` if it was not resident.
+        The others keep their insertion order."""
+        if block_id not in self._order:
+            return False
+        del self._order[block_id]
+        return True
+
+    def evict(self) -> int | None:
+        """Evict the oldest inserted block (the victim of the next insertion into a full
+        cache); ``None`` if nothing is resident."""
+        if not self._order:
+            return None
+        victim = next(iter(self._order))
+        del self._order[victim]
+        return victim
 
 
 class FIFOState(NamedTuple):

@@ -99,11 +99,26 @@ class LeafFirstLRU:
             return []
         evicted = []
         if self.capacity_blocks is not None and len(self._last) >= self.capacity_blocks:
-            victim = self.leaves()[0]  # a non-empty forest always has a leaf
-            del self._last[victim]
-            evicted.append(victim)
+            evicted.append(self.evict())
         self._last[block_id] = self._clock
         return evicted
+
+    def remove(self, block_id: int) -> bool:
+        """Drop a resident block (not an eviction); ``False`` if it was not resident.
+        Its parent no longer counts it as a resident child: with no other, the parent
+        becomes a leaf at its own last access time. A removed inner block's resident
+        children stay resident (nothing cascades); being a leaf depends only on a block's
+        own children, so theirs does not change."""
+        return self._last.pop(block_id, None) is not None
+
+    def evict(self) -> int | None:
+        """Evict the least recently used leaf (the victim of the next insertion into a
+        full cache); ``None`` if nothing is resident."""
+        if not self._last:
+            return None
+        victim = self.leaves()[0]  # a non-empty forest always has a leaf
+        del self._last[victim]
+        return victim
 
 
 class LeafFirstLRUState(NamedTuple):

@@ -91,11 +91,23 @@ class LengthAware:
             return []
         evicted = []
         if self.capacity_blocks is not None and len(self._score) >= self.capacity_blocks:
-            victim = min(self._score, key=lambda k: tuple(self._score[k]))
-            del self._score[victim]
-            evicted.append(victim)
+            evicted.append(self.evict())
         self._score[block_id] = [1, position, self._clock]
         return evicted
+
+    def remove(self, block_id: int) -> bool:
+        """Drop a resident block (not an eviction); ``False`` if it was not resident.
+        Its count and depth are forgotten, as on eviction (it returns with count 1)."""
+        return self._score.pop(block_id, None) is not None
+
+    def evict(self) -> int | None:
+        """Evict the block of lowest ``(count, depth)``, least recent among equals (the
+        victim of the next insertion into a full cache); ``None`` if nothing is resident."""
+        if not self._score:
+            return None
+        victim = min(self._score, key=lambda k: tuple(self._score[k]))
+        del self._score[victim]
+        return victim
 
 
 class LengthAwareState(NamedTuple):

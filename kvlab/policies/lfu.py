@@ -94,16 +94,37 @@ class LFU:
             return []
         evicted = []
         if self.capacity_blocks is not None and len(self._count) >= self.capacity_blocks:
-            bucket = self._buckets[self._min_count]
-            victim, _ = bucket.popitem(last=False)
-            if not bucket:
-                del self._buckets[self._min_count]
-            del self._count[victim]
-            evicted.append(victim)
+            evicted.append(self.evict())
         self._count[block_id] = 1
         self._buckets.setdefault(1, OrderedDict())[block_id] = None
         self._min_count = 1
         return evicted
+
+    def remove(self, block_id: int) -> bool:
+        """Drop a resident block (not an eviction); ``False`` if it was not resident.
+        Its count is forgotten, as on eviction: if it comes back it starts at 1."""
+        if block_id not in self._count:
+            return False
+        self._drop(block_id)
+        return True
+
+    def evict(self) -> int | None:
+        """Evict the block of lowest count, least recently used among equals (the victim
+        of the next insertion into a full cache); ``None`` if nothing is resident."""
+        if not self._count:
+            return None
+        victim = next(iter(self._buckets[self._min_count]))
+        self._drop(victim)
+        return victim
+
+    def _drop(self, block_id: int) -> None:
+        count = self._count.pop(block_id)
+        bucket = self._buckets[count]
+        del bucket[block_id]
+        if not bucket:
+            del self._buckets[count]
+            if count == self._min_count:
+                self._min_count = min(self._buckets, default=0)
 
 
 class LFUState(NamedTuple):

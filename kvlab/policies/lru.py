@@ -58,9 +58,22 @@ class LRU:
             return []
         evicted = []
         if self.capacity_blocks is not None and len(self._order) >= self.capacity_blocks:
-            evicted.append(self._order.popitem(last=False)[0])
+            evicted.append(self.evict())
         self._order[block_id] = None
         return evicted
+
+    def remove(self, block_id: int) -> bool:
+        """Drop a resident block (not an eviction); ``False`` if it was not resident.
+        Nothing else is kept about a block, so nothing else changes."""
+        if block_id not in self._order:
+            return False
+        del self._order[block_id]
+        return True
+
+    def evict(self) -> int | None:
+        """Evict the least recently used block (the victim of the next insertion into a
+        full cache); ``None`` if nothing is resident."""
+        return self._order.popitem(last=False)[0] if self._order else None
 
 
 class LRUState(NamedTuple):

@@ -149,6 +149,25 @@ class S3FIFO:
             self._small[block_id] = 0
         return evicted
 
+    def remove(self, block_id: int) -> bool:
+        """Drop a resident block (not an eviction) from whichever queue holds it;
+        ``False`` if it was not resident. Its counter is forgotten and its id does *not*
+        enter the ghost queue (it was not evicted); the other queues and the "anything
+        evicted yet" flag are unchanged."""
+        for queue in (self._small, self._main):
+            if block_id in queue:
+                del queue[block_id]
+                return True
+        return False
+
+    def evict(self) -> int | None:
+        """Evict one block exactly as the insertion of a block not in the ghost would
+        (:meth:`access` on a full cache): the same steps, including moving small-queue
+        blocks with counter ≥ the threshold to main, reinserting main blocks with counter
+        > 0 (decremented), appending a small-queue victim to the ghost, and setting the
+        "anything evicted yet" flag. ``None`` if nothing is resident."""
+        return self._evict() if len(self) else None
+
     def _evict(self) -> int:
         self._has_evicted = True
         if self._small and len(self._main) <= self._main_size:  # from small, until one is evicted

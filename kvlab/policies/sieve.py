@@ -85,17 +85,44 @@ class Sieve:
             return []
         evicted = []
         if self.capacity_blocks is not None and len(self._queue) >= self.capacity_blocks:
-            i = 0 if self._hand is None else self._hand
-            while self._visited[self._queue[i]]:
-                self._visited[self._queue[i]] = False
-                i = (i + 1) % len(self._queue)
-            victim = self._queue.pop(i)
-            del self._visited[victim]
-            self._hand = i if i < len(self._queue) else None  # the block newer than the victim
-            evicted.append(victim)
+            evicted.append(self.evict())
         self._queue.append(block_id)
         self._visited[block_id] = False
         return evicted
+
+    def remove(self, block_id: int) -> bool:
+        """Drop a resident block (not an eviction); ``False`` if it was not resident.
+        The others keep their order and visited bits. If the hand rests on the removed
+        block it moves to the block newer than it (the next one it would examine), or,
+        if that was the newest, nowhere (the next sweep starts at the tail) — where it
+        rests after evicting that block, and what libCacheSim's ``Sieve_remove_obj``
+        does (``pointer = obj->queue.prev``, its ``prev`` pointing towards the head)."""
+        if block_id not in self._visited:
+            return False
+        i = self._queue.index(block_id)
+        del self._queue[i]
+        del self._visited[block_id]
+        if self._hand is not None:
+            if i < self._hand:
+                self._hand -= 1  # the same block, one place lower in the list
+            if self._hand >= len(self._queue):
+                self._hand = None
+        return True
+
+    def evict(self) -> int | None:
+        """Run the hand to the first unvisited block and evict it (the victim of the
+        next insertion into a full cache), clearing visited bits on the way; ``None`` if
+        nothing is resident."""
+        if not self._queue:
+            return None
+        i = 0 if self._hand is None else self._hand
+        while self._visited[self._queue[i]]:
+            self._visited[self._queue[i]] = False
+            i = (i + 1) % len(self._queue)
+        victim = self._queue.pop(i)
+        del self._visited[victim]
+        self._hand = i if i < len(self._queue) else None  # the block newer than the victim
+        return victim
 
 
 class SieveState(NamedTuple):
