@@ -1,0 +1,362 @@
+"""A tiered KV store: an ordered list of tiers, a write policy, promotion, pins, events.
+
+The readable reference model (the oracle for the numba kernel in
+:mod:`kvlab.tiers.kernel`). Blocks are u64 keys (one per block of a prompt, chained).
+
+**Lookup** walks the blocks of a request in order and, for each, the tiers in order;
+the first tier holding it answers and the walk stops at the first block no tier holds:
+the combined contiguous prefix, with the tier of each hit block (Opal's rule, with each
+block re-checked from the top tier: ``walk="opal"`` reproduces Opal's strict walk, which
+never returns to a higher tier once it has moved down — docs/specs/index_blend.md O15,
+T-O4). A lower tier is queried only for blocks the tiers above did not hold.
+
+**Write policies** (what happens to a computed block, and to a tier's victims):
+
+=============================  ===============================  ===============================
+write policy                   computed block goes to           a tier's eviction victim
+=============================  ===============================  ===============================
+``write_through``              every tier (LMCache L5, KVBM)    is dropped from that tier
+``write_back``                 the top tier                     moves to the next tier
+                                                                (SGLang HiCache; the last drops)
+``write_through_selective``    the top tier; lower tiers get a  is dropped from that tier
+                               copy once the block has been
+                               used ``selective_hits`` times
+                               (KVBM's disk filter: 2)
+=============================  ===============================  ===============================
+
+Under ``write_back`` a block lives in one tier at a time (exclusive caching). A tier
+whose policy is ``None`` never evicts: a block that does not fit is not stored there
+(under ``write_back`` it goes on to the next tier: Opal's store, O17).
+
+**A hit in a lower tier** is promoted (``promote=True``: copied into every tier above,
+or moved to the top tier under ``write_back``) or served in place (touched there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from kvlab.tiers.events import TierEvent, to_kv_events
+from kvlab.tiers.tier import Tier
+
+#: Write policies of :class:`TieredStore`.
+WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
+#: Lookup walks of :class:`TieredStore`.
+WALKS = ("per_block", "opal")
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """One tier's configuration: ``name`` (the KV events' ``medium``), ``capacity_blocks``
+    (``None`` = unbounded) and ``policy`` (a :mod:`kvlab.policies` name, or ``None`` for
+    no eviction).
+
+    Example:
+        >>> TierSpec("CPU", 8_000, "s3fifo").policy
+        's3fifo'
+    """
+
+    name: str
+    capacity_blocks: int | None
+    policy: str | None = "lru"
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """The combined prefix a lookup found: ``hit_blocks`` and the index of the tier that
+    holds each of them (``tiers``, length ``hit_blocks``)."""
+
+    hit_blocks: int
+    tiers: tuple[int, ...]
+
+    def blocks_per_tier(self, n_tiers: int) -> list[int]:
+        """Hit blocks served by each tier, in tier order."""
+        counts = [0] * n_tiers
+        for t in self.tiers:
+            counts[t] += 1
+        return counts
+
+
+class TieredStore:
+    """Tiers in order (fastest first), a write policy, promotion on lower-tier hits.
+
+    Models SGLang HiCache (write-back / write-through / selective, H3–H6), LMCache's
+    storage manager (write-through to every backend, promotion into the CPU cache, L5–L6),
+    Dynamo KVBM (G1–G4, frequency-filtered disk offload, K1–K4) and Opal's tiered store
+    (lookup walk, O15–O17) — with eviction, tier tracking and events.
+
+    Args:
+        tiers: :class:`TierSpec` (or ``(name, capacity_blocks[, policy])`` tuples), fastest first.
+        write_policy: one of :data:`WRITE_POLICIES`.
+        promote: copy/move a lower-tier hit up (``True``) or serve it in place.
+        selective_hits: uses of a block before ``write_through_selective`` copies it down.
+        walk: ``"per_block"`` (default) or ``"opal"`` (see the module docstring).
+        block_size_tokens: tokens per block, for the KV events.
+
+    Raises:
+        ValueError: no tiers, duplicate tier names, a bad option.
+
+    Example:
+        >>> store = TieredStore([("GPU", 2), ("CPU", 4)], write_policy="write_back")
+        >>> store.access_request([1, 2, 3])            # 3 computed blocks; GPU holds 2
+        LookupResult(hit_blocks=0, tiers=())
+        >>> store.access_request([1, 2, 3]).tiers       # block 3 was demoted to the CPU
+        (0, 0, 1)
+        >>> store.tier_blocks()
+        {'GPU': [1, 2], 'CPU': [3]}
+    """
+
+    def __init__(self, tiers: Sequence[TierSpec | tuple], *, write_policy: str = "write_back", promote: bool = True,
+                 selective_hits: int = 2, walk: str = "per_block", block_size_tokens: int = 16) -> None:
+        specs = [t if isinstance(t, TierSpec) else TierSpec(*t) for t in tiers]
+        if not specs:
+            raise ValueError("a tiered store needs at least one tier")
+        names = [s.name for s in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tier names must be unique, got {names}")
+        if write_policy not in WRITE_POLICIES:
+            raise ValueError(f"write_policy must be one of {WRITE_POLICIES}, got {write_policy!r}")
+        if walk not in WALKS:
+            raise ValueError(f"walk must be one of {WALKS}, got {walk!r}")
+        if not isinstance(selective_hits, int) or isinstance(selective_hits, bool) or selective_hits < 1:
+            raise ValueError(f"selective_hits must be an integer >= 1, got {selective_hits!r}")
+        self.tiers = [Tier(s.name, s.capacity_blocks, s.policy) for s in specs]
+        self.write_policy, self.promote, self.selective_hits, self.walk = write_policy, bool(promote), selective_hits, walk
+        self.block_size_tokens = block_size_tokens
+        self.events: list[TierEvent] = []
+        self._uses: dict[int, int] = {}  # block -> uses (for write_through_selective)
+        self._pins: dict[object, list[tuple[int, int]]] = {}  # request -> [(tier, block)]
+        self._clock = 0  # logical clock: the ref_index handed to the policies
+
+    # ------------------------------------------------------------------ lookup
+
+    def lookup(self, keys: Sequence[int]) -> LookupResult:
+        """The combined contiguous prefix of ``keys`` over the tiers. Changes no
+        residency; counts, per tier, the blocks it was asked about — all of them for the
+        top tier, the rest of the request from the first block the tiers above did not
+        hold for a lower one (an LMCache-style lookup of the suffix beyond the local hit,
+        docs/specs/engines.md L3–L4) — and the blocks it answered."""
+        found: list[int] = []
+        asked_from = [-1] * len(self.tiers)
+        start = 0
+        for p, key in enumerate(keys):
+            where = None
+            for t in range(start, len(self.tiers)):
+                if asked_from[t] < 0:
+                    asked_from[t] = p
+                if key in self.tiers[t]:
+                    where = t
+                    break
+            if where is None:
+                break
+            self.tiers[where].counters.hit_blocks += 1
+            found.append(where)
+            if self.walk == "opal":
+                start = where
+        for t, p in enumerate(asked_from):
+            self.tiers[t].counters.queried_blocks += len(keys) - p if p >= 0 else 0
+        return LookupResult(len(found), tuple(found))
+
+    # ------------------------------------------------------------------ requests
+
+    def access_request(self, keys: Sequence[int], *, touch_order: str = "head_most_recent") -> LookupResult:
+        """One request of a cache-level replay: look up, then serve every hit block and
+        store every computed one, in ``touch_order`` (``"head_most_recent"``: the tail
+        first, so the head ends most recent, as :func:`kvlab.sim.replay`)."""
+        if touch_order not in ("head_most_recent", "tail_most_recent"):
+            raise ValueError(f"touch_order must be 'head_most_recent' or 'tail_most_recent', got {touch_order!r}")
+        result = self.lookup(keys)
+        order = range(len(keys) - 1, -1, -1) if touch_order == "head_most_recent" else range(len(keys))
+        for i in order:
+            self._access(keys[i])
+        return result
+
+    def get(self, keys: Sequence[int], request_id: object = None) -> LookupResult:
+        """Look up ``keys`` and serve the hit prefix (promoting per the configuration),
+        head first; with a ``request_id`` the served blocks are pinned where they end up
+        until :meth:`release`."""
+        result = self.lookup(keys)
+        for i in range(result.hit_blocks):
+            t = self._access(keys[i])
+            if request_id is not None and t is not None:
+                self.tiers[t].pin(keys[i])
+                self._pins.setdefault(request_id, []).append((t, keys[i]))
+        return result
+
+    def put(self, keys: Sequence[int]) -> None:
+        """Store computed blocks, head first, per the write policy (a block already in
+        the top tier is touched)."""
+        for key in keys:
+            self._access(key)
+
+    def release(self, request_id: object) -> None:
+        """Release the pins :meth:`get` took for ``request_id``.
+
+        Raises:
+            ValueError: ``request_id`` holds no pins.
+        """
+        if request_id not in self._pins:
+            raise ValueError(f"request {request_id!r} holds no pinned blocks")
+        for t, key in reversed(self._pins.pop(request_id)):
+            self.tiers[t].unpin(key, self._tick())
+
+    # ------------------------------------------------------------------ management
+
+    def remove(self, keys: Iterable[int]) -> None:
+        """Invalidate blocks in every tier (pinned copies stay until released)."""
+        keys = tuple(keys)
+        for tier in self.tiers:
+            gone = tuple(k for k in keys if k not in tier.pins and tier.remove(k))
+            tier.counters.dropped_blocks += len(gone)
+            self._emit("removed", tier.name, gone)
+
+    def reset(self, tier: str | None = None) -> int:
+        """Drop every unpinned block of ``tier`` (a name), or of every tier; returns the
+        number removed. A reset of every tier with nothing pinned publishes one
+        ``all_cleared`` event, otherwise one ``cleared`` event per tier.
+
+        Raises:
+            ValueError: an unknown tier name.
+        """
+        targets = self.tiers if tier is None else [self._tier(tier)]
+        everything = tier is None and not any(t.pins for t in self.tiers)
+        removed = 0
+        for t in targets:
+            keys = t.clear()
+            removed += len(keys)
+            if not everything:
+                self._emit("cleared", t.name, tuple(keys))
+        if everything:
+            self.events.append(TierEvent("all_cleared", "", ()))
+        return removed
+
+    def set_capacity(self, tier: str, capacity_blocks: int | None) -> None:
+        """Change a tier's capacity; victims of a shrink follow the write policy."""
+        t = self.tiers.index(self._tier(tier))
+        for victim in self.tiers[t].set_capacity(capacity_blocks):
+            self._after_eviction(t, victim)
+
+    # ------------------------------------------------------------------ views
+
+    def tier_blocks(self) -> dict[str, list[int]]:
+        """Resident blocks of each tier (sorted keys)."""
+        return {t.name: sorted(t.resident()) for t in self.tiers}
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """Per-tier counters (see :class:`~kvlab.tiers.tier.TierCounters`)."""
+        return {t.name: t.counters.to_dict() for t in self.tiers}
+
+    def kv_events(self) -> list:
+        """Every event so far as vLLM KV events (``medium`` = tier name)."""
+        return to_kv_events(self.events, self.block_size_tokens)
+
+    def check(self) -> None:
+        """Assert every tier's invariants, and exclusivity under ``write_back``."""
+        for tier in self.tiers:
+            tier.check()
+        if self.write_policy == "write_back":
+            seen = [k for t in self.tiers for k in t.resident()]
+            assert len(seen) == len(set(seen)), "write_back must keep each block in one tier"
+
+    # ------------------------------------------------------------------ internals
+
+    def _tier(self, name: str) -> Tier:
+        for tier in self.tiers:
+            if tier.name == name:
+                return tier
+        raise ValueError(f"unknown tier {name!r}; tiers: {[t.name for t in self.tiers]}")
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _emit(self, kind: str, tier: str, keys: tuple[int, ...], to_tier: str | None = None) -> None:
+        if keys:
+            self.events.append(TierEvent(kind, tier, keys, to_tier))
+
+    def _access(self, key: int) -> int | None:
+        """Serve ``key`` from the tier that holds it now, or store it as computed; returns
+        the tier it is in afterwards (``None``: stored nowhere). A hit block evicted
+        earlier in the same request is found where it went (or recomputed)."""
+        t = next((t for t, tier in enumerate(self.tiers) if key in tier), None)
+        return self._store(key) if t is None else self._serve(key, t)
+
+    def _serve(self, key: int, t: int) -> int | None:
+        """Read a resident block from tier ``t``; returns the tier it is in afterwards."""
+        self.tiers[t].counters.read_blocks += 1
+        self._uses[key] = self._uses.get(key, 0) + 1
+        if t == 0 or not self.promote:
+            self.tiers[t].touch(key, self._tick())
+            self._copy_down_if_selected(key)
+            return t
+        if self.write_policy == "write_back":  # exclusive: move up
+            self.tiers[t].remove(key)
+            self.tiers[t].counters.promoted_out_blocks += 1
+            placed = self._insert(0, key, promoted_from=t)
+            if placed is None:  # it fits nowhere now (pinned tiers): it is gone
+                self._emit("removed", self.tiers[t].name, (key,))
+            return placed
+        self.tiers[t].touch(key, self._tick())
+        top = t
+        for u in range(t - 1, -1, -1):  # copy into every tier above
+            if self._insert(u, key, promoted_from=t) == u:
+                top = u
+        self._copy_down_if_selected(key)
+        return top
+
+    def _store(self, key: int) -> int | None:
+        """Write a computed block (resident nowhere) per the write policy; returns the
+        top tier it went into."""
+        self._uses[key] = self._uses.get(key, 0) + 1
+        if self.write_policy == "write_back":
+            return self._insert(0, key)
+        depth = len(self.tiers) if self.write_policy == "write_through" else 1
+        placed = [t for t in range(depth) if self._insert(t, key) == t]
+        self._copy_down_if_selected(key)
+        return placed[0] if placed else None
+
+    def _copy_down_if_selected(self, key: int) -> None:
+        if self.write_policy != "write_through_selective" or self._uses.get(key, 0) < self.selective_hits:
+            return
+        source = next((t for t in self.tiers if key in t), None)
+        for t in range(1, len(self.tiers)):
+            if key not in self.tiers[t]:
+                self._insert(t, key, copied_from=source)
+
+    def _insert(self, t: int, key: int, *, promoted_from: int | None = None,
+                copied_from: Tier | None = None) -> int | None:
+        """Insert ``key`` into tier ``t`` (or, if it does not fit there under write-back,
+        the next tier down); returns the tier it went into, or ``None``."""
+        tier = self.tiers[t]
+        try:
+            victims = tier.insert(key, self._tick())
+        except LookupError:  # capacity 0, full of pinned blocks, or a full tier that never evicts
+            if self.write_policy == "write_back" and t + 1 < len(self.tiers):
+                return self._insert(t + 1, key, promoted_from=promoted_from, copied_from=copied_from)
+            return None
+        if promoted_from is not None:
+            tier.counters.promoted_in_blocks += 1
+            kind = "moved" if self.write_policy == "write_back" else "copied"
+            self._emit(kind, self.tiers[promoted_from].name, (key,), tier.name)
+        elif copied_from is not None:
+            self._emit("copied", copied_from.name, (key,), tier.name)
+        else:
+            self._emit("stored", tier.name, (key,))
+        for victim in victims:
+            self._after_eviction(t, victim)
+        return t
+
+    def _after_eviction(self, t: int, victim: int) -> None:
+        """A victim of tier ``t``: moved to the next tier under write-back (if it fits
+        there, evicting in turn), else dropped."""
+        tier = self.tiers[t]
+        below = self.tiers[t + 1] if self.write_policy == "write_back" and t + 1 < len(self.tiers) else None
+        if below is None or not below.can_accept():
+            self._emit("removed", tier.name, (victim,))
+            return
+        self.events.append(TierEvent("moved", tier.name, (victim,), below.name))
+        tier.counters.demoted_out_blocks += 1
+        below.counters.demoted_in_blocks += 1
+        for v in below.insert(victim, self._tick()):
+            self._after_eviction(t + 1, v)
