@@ -122,13 +122,14 @@ def test_default_grid_is_log_spaced_up_to_the_working_set(conversation) -> None:
     assert mrc(make_trace([[]]))["capacity_blocks"].to_list() == [None]
 
 
-def test_capacities_keep_order_and_duplicates_and_may_be_empty() -> None:
+def test_capacities_keep_order_and_duplicates_and_must_not_be_empty() -> None:
     trace = make_trace(SCENARIO, block_size=1)
     curve = mrc(trace, capacities_blocks=(c for c in [None, 3, np.int64(1), 3, 10**15]))
     assert curve["capacity_blocks"].to_list() == [None, 3, 1, 3, 10**15]
     assert curve["hit_blocks"].to_list() == [6, 5, 3, 5, 6]
-    empty = mrc(trace, capacities_blocks=[])
-    assert empty.height == 0 and empty.schema == sweep(trace, []).schema
+    assert curve.schema == sweep(trace, [3]).schema
+    with pytest.raises(ValueError, match="capacities_blocks is empty"):
+        mrc(trace, capacities_blocks=[])
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -142,9 +143,9 @@ def test_capacities_keep_order_and_duplicates_and_may_be_empty() -> None:
     ({"warmup_fraction": 1.0}, "warmup_fraction must be a number in [0, 1), got 1.0"),
     ({"warmup_fraction": -0.1}, "warmup_fraction must be a number in [0, 1), got -0.1"),
     ({"warmup_fraction": "0.5"}, "warmup_fraction must be a number in [0, 1), got '0.5'"),
-    ({"shards_rate": 0.0}, "shards_rate must be None or a number in (0, 1] and >= 2**-25, got 0.0"),
+    ({"shards_rate": 0.0}, "shards_rate must be None or a number in (0, 1] that samples at least 1 in 2**24 keys (>= 2**-24), got 0.0"),
     ({"shards_rate": 1.5}, "shards_rate must be None or a number in (0, 1]"),
-    ({"shards_rate": 1e-9}, "shards_rate must be None or a number in (0, 1] and >= 2**-25, got 1e-09"),
+    ({"shards_rate": 1e-9}, "shards_rate must be None or a number in (0, 1] that samples at least 1 in 2**24 keys (>= 2**-24), got 1e-09"),
     ({"shards_rate": True}, "shards_rate must be None or a number in (0, 1]"),
     ({"seed": -1}, "seed must be an integer in [0, 2**64), got -1"),
     ({"seed": 2**64}, "seed must be an integer in [0, 2**64)"),

@@ -64,3 +64,30 @@ def test_kernel_contract(name: str, trace, capacity: int) -> None:
     ref = replay_reference(trace, policy=name, capacity_blocks=capacity)
     assert first["hit_blocks"].to_list() == ref.hit_blocks.tolist()
     assert first["evictions"].to_list() == ref.evictions.tolist()
+
+
+@pytest.mark.parametrize("name", ["", "a,b", " lru2 ", "LRU2"])
+def test_register_policy_rejects_names_the_cli_cannot_select(name: str) -> None:
+    import dataclasses
+
+    from kvlab.policies import register_policy
+
+    with pytest.raises(ValueError, match="a policy name is lower-case"):
+        register_policy(dataclasses.replace(get_policy("lru"), name=name))
+
+
+def test_a_plug_in_exceeding_its_capacity_is_caught(conversation) -> None:
+    import dataclasses
+
+    from kvlab.policies import POLICIES, register_policy
+    from kvlab.policies.lru import make_state
+
+    def unbounded_state(flat, capacity_blocks):  # noqa: ANN001, ANN202 - ignores the capacity
+        return make_state(flat, flat.n_keys)
+
+    register_policy(dataclasses.replace(get_policy("lru"), name="leaky", make_state=unbounded_state))
+    try:
+        with pytest.raises(RuntimeError, match=r"policy 'leaky' exceeded capacity_blocks=10: 14 blocks resident after request 0"):
+            replay(conversation.head(50), policy="leaky", capacity_blocks=10)
+    finally:
+        POLICIES.pop("leaky")

@@ -172,11 +172,13 @@ def test_sweep_accepts_generators_and_matches_replay() -> None:
     assert frame["hit_blocks"].to_list() == [replay(trace, capacity_blocks=c).summary.hit_blocks for c in (1, 3, None)]
 
 
-def test_capacity_beyond_int64_behaves_as_unbounded() -> None:
+def test_capacity_beyond_the_working_set_behaves_as_unbounded() -> None:
     trace = make_trace(SCENARIO, block_size=1)
-    huge = replay(trace, capacity_blocks=2**70).summary
-    assert huge.capacity_blocks == 2**70
+    huge = replay(trace, capacity_blocks=2**63 - 1).summary
+    assert huge.capacity_blocks == 2**63 - 1
     assert huge.hit_blocks == replay(trace).summary.hit_blocks
+    with pytest.raises(ValueError, match=r"got 1180591620717411303424 \(below 2\*\*63\)"):
+        replay(trace, capacity_blocks=2**70)  # frames store capacities as int64
 
 
 @pytest.mark.parametrize(("call", "message"), [

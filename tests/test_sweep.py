@@ -59,3 +59,20 @@ def test_cli_sweep(capsys, tmp_path: Path) -> None:
     assert "unknown policy 'nope'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["sweep", "synthetic", "--capacities", "a:b:c"])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (([],), "capacities_blocks is empty"),
+    (([100], []), "policies is empty"),
+    ((None,), "capacities_blocks must be a list"),
+    ((100,), "capacities_blocks must be a list"),
+    (([2**63],), r"capacity_blocks must be an integer >= 0 or None, got 9223372036854775808 \(below 2\*\*63\)"),
+])
+def test_sweep_rejects_empty_and_bad_lists(conversation, args, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        sweep(conversation.head(10), *args)
+
+
+def test_sweep_records_hit_semantics(conversation) -> None:
+    frame = sweep(conversation.head(50), [10], hit_semantics="independent", executor="serial")
+    assert frame["hit_semantics"].to_list() == ["independent"]

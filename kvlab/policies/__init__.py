@@ -20,6 +20,8 @@ Each policy module holds a readable reference class and numba kernel hooks
 
 from __future__ import annotations
 
+import re
+
 from kvlab.policies import arc, belady, fifo, leaf_first_lru, length_aware, lfu, lru, s3fifo, sieve
 from kvlab.policies.base import PolicySpec, ReferencePolicy
 
@@ -34,14 +36,24 @@ def register_policy(spec: PolicySpec) -> None:
 
     Registering the same spec again is a no-op.
 
+    A plug-in is one module like :mod:`kvlab.policies.fifo`: a reference class, a state
+    ``NamedTuple`` with kernel hooks registered by
+    :func:`kvlab.policies.base.register_kernel`, and a ``SPEC`` passed here.
+
     Raises:
-        ValueError: not a :class:`PolicySpec`, or its name is taken by another spec.
+        ValueError: not a :class:`PolicySpec`, a name that is not lower-case
+            ``[a-z][a-z0-9_]*``, non-callable parts, or a name taken by another spec.
 
     Example:
         >>> register_policy(POLICIES["lru"])  # already there: nothing happens
     """
     if not isinstance(spec, PolicySpec):
         raise ValueError(f"expected a PolicySpec, got {type(spec).__name__}")
+    if not isinstance(spec.name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", spec.name):
+        raise ValueError(f"a policy name is lower-case letters, digits and '_' (it is typed in --policies), "
+                         f"got {spec.name!r}")
+    if not callable(spec.reference) or not callable(spec.make_state):
+        raise ValueError(f"policy {spec.name!r}: reference and make_state must be callables")
     if POLICIES.get(spec.name, spec) is not spec:
         raise ValueError(f"a different policy is already registered as {spec.name!r}")
     POLICIES[spec.name] = spec

@@ -93,7 +93,8 @@ def mrc(trace: Trace, *, capacities_blocks: Iterable[int | None] | None = None,
         warmup_fraction: in ``[0, 1)``; the first ``floor(f · n_requests)`` requests
             fill the cache but are not counted.
         shards_rate: ``None`` (exact) or the SHARDS sampling rate in ``(0, 1]``
-            (``>= 2**-25``, so that ``T >= 1``).
+            (``>= 2**-24``, so that ``T >= 1``; far lower rates than ~0.01 sample too
+            few keys for a useful curve: the error is reported, not prevented).
         seed: integer in ``[0, 2**64)`` choosing the SHARDS sample (unused when exact).
 
     Returns:
@@ -171,7 +172,8 @@ def mrc(trace: Trace, *, capacities_blocks: Iterable[int | None] | None = None,
         evictions = None
     k = len(capacities)
     return pl.DataFrame({
-        "source": [trace.source] * k, "policy": ["lru"] * k, "mode": ["prefix"] * k, "touch_order": [touch_order] * k,
+        "source": [trace.source] * k, "policy": ["lru"] * k, "mode": ["prefix"] * k, "hit_semantics": ["prefix"] * k,
+        "touch_order": [touch_order] * k,
         "warmup_fraction": [float(warmup_fraction)] * k, "capacity_blocks": capacities,
         "block_refs": [block_refs] * k, "hit_blocks": hit_blocks,
         "evictions": pl.Series([None] * k, dtype=pl.Int64) if evictions is None else evictions,
@@ -191,7 +193,8 @@ def _check(trace: object, touch_order: object, warmup_fraction: object, shards_r
     r = shards_rate
     if r is not None and (isinstance(r, bool) or not isinstance(r, Real) or not 0.0 < r <= 1.0
                           or round(r * SHARDS_MODULUS) < 1):
-        raise ValueError(f"shards_rate must be None or a number in (0, 1] and >= 2**-25, got {r!r}")
+        raise ValueError(f"shards_rate must be None or a number in (0, 1] that samples at least 1 in 2**24 keys "
+                         f"(>= 2**-24), got {r!r}")
     if isinstance(seed, bool) or not isinstance(seed, Integral) or not 0 <= seed < 2**64:
         raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
 
@@ -203,6 +206,8 @@ def _capacities(capacities_blocks: object, n_keys: int) -> list[int | None]:
     if isinstance(capacities_blocks, (str, bytes)) or not isinstance(capacities_blocks, Iterable):
         raise ValueError(f"capacities_blocks must be an iterable of integers >= 0 or None, got {capacities_blocks!r}")
     capacities = list(capacities_blocks)
+    if not capacities:
+        raise ValueError("capacities_blocks is empty: give at least one capacity (or None for the default grid)")
     for c in capacities:
         if c is not None and (isinstance(c, bool) or not isinstance(c, Integral) or not 0 <= c < 2**63):
             raise ValueError(f"capacities_blocks must hold integers in [0, 2**63) or None, got {c!r}")

@@ -67,7 +67,7 @@ class ReplayConfig:
         >>> ReplayConfig(capacity_blocks=-1)
         Traceback (most recent call last):
         ...
-        ValueError: capacity_blocks must be an integer >= 0 or None, got -1
+        ValueError: capacity_blocks must be an integer >= 0 or None, got -1 (below 2**63)
     """
 
     policy: str = "lru"
@@ -83,8 +83,8 @@ class ReplayConfig:
     def __post_init__(self) -> None:
         get_policy(self.policy)
         cap = self.capacity_blocks
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 0):
-            raise ValueError(f"capacity_blocks must be an integer >= 0 or None, got {cap!r}")
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or not 0 <= cap < 2**63):
+            raise ValueError(f"capacity_blocks must be an integer >= 0 or None, got {cap!r} (below 2**63)")
         if cap is not None:
             object.__setattr__(self, "capacity_blocks", int(cap))
         if self.touch_order not in TOUCH_ORDERS:
@@ -239,6 +239,10 @@ def run_flat(flat: FlatTrace, config: ReplayConfig, *, progress: bool = False) -
             for a, b in zip(bounds[:-1], bounds[1:]):
                 step(a, b)
                 bar.update(int(flat.offsets[b] - flat.offsets[a]))
+    if config.capacity_blocks is not None and n and int(used.max()) > config.capacity_blocks:
+        r = int(np.argmax(used > config.capacity_blocks))
+        raise RuntimeError(f"policy {config.policy!r} exceeded capacity_blocks={config.capacity_blocks}: "
+                           f"{int(used[r])} blocks resident after request {r} (a plug-in bug)")
     return KernelRun(hits, used, evictions, admitted, orphans)
 
 

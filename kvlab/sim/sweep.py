@@ -14,7 +14,8 @@ from kvlab.sim.replay import ReplayConfig, run_kernel, summarize
 from kvlab.traces import Trace
 
 #: Columns of a sweep frame (and of :func:`kvlab.sim.mrc`).
-SWEEP_SCHEMA = {"source": pl.String, "policy": pl.String, "mode": pl.String, "touch_order": pl.String,
+SWEEP_SCHEMA = {"source": pl.String, "policy": pl.String, "mode": pl.String, "hit_semantics": pl.String,
+                "touch_order": pl.String,
                 "warmup_fraction": pl.Float64, "capacity_blocks": pl.Int64, "block_refs": pl.Int64,
                 "hit_blocks": pl.Int64, "evictions": pl.Int64, "block_hit_ratio": pl.Float64,
                 "token_hit_ratio": pl.Float64, "mean_orphaned_share": pl.Float64}
@@ -30,7 +31,8 @@ def _init_worker(trace: Trace) -> None:
 def _run_config(config: ReplayConfig, trace: Trace | None = None) -> dict[str, object]:
     trace = _WORKER_TRACE if trace is None else trace
     s = summarize(trace, config, run_kernel(trace, config))
-    return {"source": s.source, "policy": s.policy, "mode": s.mode, "touch_order": s.touch_order,
+    return {"source": s.source, "policy": s.policy, "mode": s.mode, "hit_semantics": config.hit_semantics,
+            "touch_order": s.touch_order,
             "warmup_fraction": s.warmup_fraction, "capacity_blocks": s.capacity_blocks, "block_refs": s.block_refs,
             "hit_blocks": s.hit_blocks, "evictions": s.evictions, "block_hit_ratio": s.block_hit_ratio,
             "token_hit_ratio": s.token_hit_ratio, "mean_orphaned_share": s.mean_orphaned_share}
@@ -60,13 +62,19 @@ def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Itera
 
     Returns:
         One row per run, in grid order (policies × capacities): ``source``, ``policy``,
-        ``mode``, ``touch_order`` (str), ``warmup_fraction`` (f64), ``capacity_blocks``
+        ``mode``, ``hit_semantics``, ``touch_order`` (str), ``warmup_fraction`` (f64), ``capacity_blocks``
         (i64, null = unbounded), ``block_refs``, ``hit_blocks``, ``evictions`` (i64),
         ``block_hit_ratio``, ``token_hit_ratio``, ``mean_orphaned_share`` (f64; null
         unless ``track_orphans``) — the input of :func:`kvlab.viz.hit_ratio_curve`.
 
     Raises:
-        ValueError: an invalid capacity, policy, option or executor.
+        ValueError: an invalid or empty capacity or policy list, an invalid option or
+            executor.
+
+    With ``executor="processes"`` every worker imports kvlab afresh (``spawn``): a
+    plug-in policy must be registered at import of a module the workers import too —
+    one registered in a notebook cell or under ``if __name__ == "__main__"`` is unknown
+    there. Threads (the default) see every registered policy.
 
     Example:
         >>> from kvlab.traces import chat_sessions, ChatWorkload
@@ -77,14 +85,23 @@ def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Itera
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
-    capacities = list(capacities_blocks)  # iterated once per policy
-    policies = [policies] if isinstance(policies, str) else list(policies)
+    capacities = _nonempty_list("capacities_blocks", capacities_blocks)  # iterated once per policy
+    policies = [policies] if isinstance(policies, str) else _nonempty_list("policies", policies)
     configs = [ReplayConfig(policy=p, capacity_blocks=c, touch_order=touch_order, warmup_fraction=warmup_fraction,
                             mode=mode, free_order=free_order, hit_semantics=hit_semantics,
                             track_orphans=track_orphans)
                for p in policies for c in capacities]
     rows = _run_all(trace, configs, executor, progress)
     return pl.DataFrame(rows, schema=SWEEP_SCHEMA)
+
+
+def _nonempty_list(name: str, values: object) -> list:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ValueError(f"{name} must be a list, got {values!r}")
+    values = list(values)
+    if not values:
+        raise ValueError(f"{name} is empty: give at least one")
+    return values
 
 
 def _run_all(trace: Trace, configs: list[ReplayConfig], executor: Executor | str | None,
