@@ -272,3 +272,14 @@ class StoreMachine(RuleBasedStateMachine):
 
 TestStoreMachine = StoreMachine.TestCase
 TestStoreMachine.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+
+
+def test_a_victim_skips_a_tier_that_stores_nothing() -> None:
+    """Under write-back a GPU victim passes a capacity-0 CPU tier on to the NVMe, as a new
+    block that does not fit does."""
+    store = TieredStore([("GPU", 1), ("CPU", 0), ("NVMe", 4)], write_policy="write_back")
+    store.put([1])
+    store.put([2])
+    assert store.tier_blocks() == {"GPU": [2], "CPU": [], "NVMe": [1]}
+    assert store.events == [TierEvent("stored", "GPU", (1,)), TierEvent("stored", "GPU", (2,)),
+                            TierEvent("moved", "GPU", (1,), "NVMe")]

@@ -11,6 +11,7 @@ piece                                  what it cares about         in → out
 :func:`mooncake_break_even_bandwidth`  Mooncake FAST'25 Eq. 2      prefix length, model, GPUs → bytes/s
 :func:`tokens_to_load`                 LMCache connector (L4)      local hit, tier hit → tokens to onboard
 :class:`TieredStore`                  tiers, write policy, pins   requests → hit tiers, moves, counters, events
+:func:`replay_tiered`                  a trace through tiers       numba kernel (LRU tiers) or the store → frames
 :class:`Tier`                          one tier                    capacity + policy plug-in + pins + counters
 :class:`TierEvent`                     what a store publishes      state changes → vLLM KV events (``medium``)
 =====================================  ==========================  ==============================================
@@ -35,6 +36,7 @@ from kvlab.tiers.devices import DEVICES, Device, get_device
 from kvlab.tiers.models import GPU_FLOPS, MODELS, ModelSpec, get_gpu_flops, get_model
 
 from kvlab.tiers.events import TierEvent, apply_kv_events, to_kv_events
+from kvlab.tiers.replay import TieredReplayResult, replay_tiered
 from kvlab.tiers.store import WRITE_POLICIES, LookupResult, TieredStore, TierSpec
 from kvlab.tiers.tier import Tier, TierCounters
 
@@ -51,6 +53,7 @@ __all__ = [
     "TierEvent",
     "TierHit",
     "TierSpec",
+    "TieredReplayResult",
     "TieredStore",
     "WRITE_POLICIES",
     "apply_kv_events",
@@ -63,6 +66,7 @@ __all__ = [
     "mooncake_prefill_flops",
     "offload_time_s",
     "recompute_time_s",
+    "replay_tiered",
     "to_kv_events",
     "tokens_to_load",
     "ttft_saved_s",

@@ -30,6 +30,13 @@ whose policy is ``None`` never evicts: a block that does not fit is not stored t
 
 **A hit in a lower tier** is promoted (``promote=True``: copied into every tier above,
 or moved to the top tier under ``write_back``) or served in place (touched there).
+``write_through_selective`` copies a block that reached ``selective_hits`` uses into
+every tier below the top that lacks it (also tiers above the one serving it in place).
+
+**Hits and reads.** A request's hit is fixed by its lookup; its blocks are then touched
+in ``touch_order``, and inserting the tail first can evict a head block the lookup
+counted (as in :func:`kvlab.sim.replay`): that block is then found where it went, or
+recomputed, so a tier's ``read_blocks`` can be lower than its ``hit_blocks``.
 """
 
 from __future__ import annotations
@@ -348,15 +355,18 @@ class TieredStore:
         return t
 
     def _after_eviction(self, t: int, victim: int) -> None:
-        """A victim of tier ``t``: moved to the next tier under write-back (if it fits
-        there, evicting in turn), else dropped."""
+        """A victim of tier ``t``: under write-back moved to the first tier below that can
+        take it (as a new block spills past tiers that cannot: capacity 0, full and never
+        evicting, or full of pinned blocks), evicting there in turn; else dropped."""
         tier = self.tiers[t]
-        below = self.tiers[t + 1] if self.write_policy == "write_back" and t + 1 < len(self.tiers) else None
-        if below is None or not below.can_accept():
+        u = next((u for u in range(t + 1, len(self.tiers)) if self.tiers[u].can_accept()), None) \
+            if self.write_policy == "write_back" else None
+        if u is None:
             self._emit("removed", tier.name, (victim,))
             return
+        below = self.tiers[u]
         self.events.append(TierEvent("moved", tier.name, (victim,), below.name))
         tier.counters.demoted_out_blocks += 1
         below.counters.demoted_in_blocks += 1
         for v in below.insert(victim, self._tick()):
-            self._after_eviction(t + 1, v)
+            self._after_eviction(u, v)
