@@ -68,7 +68,7 @@ def test_missing_trace(capsys) -> None:
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["replay", "synthetic", "--capacity-blocks", "-5"], "capacity must be >= 0 blocks, got -5"),
+    (["replay", "synthetic", "--capacity-blocks", "-5"], "capacity must be in [0, 2**63) blocks, got -5"),
     (["replay", "synthetic", "--capacity-blocks", "lots"], "expected a number of blocks or 'unbounded'"),
     (["replay", "synthetic", "--warmup-fraction", "1.5"], "warm-up fraction must be in [0, 1), got 1.5"),
     (["replay", "synthetic", "--policy", "mru"], "invalid choice: 'mru'"),
@@ -112,3 +112,57 @@ def test_replay_vllm_mode(capsys) -> None:
     assert code == 0 and summary["mode"] == "vllm" and summary["rejected_requests"] == 0
     code, out, _ = run(capsys, "replay", "synthetic", "--json")
     assert json.loads(out)["block_hit_ratio"] > summary["block_hit_ratio"]  # full blocks + last-token rule
+
+
+def test_out_under_a_file_is_rejected_before_work(tmp_path, capsys) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for argv in (["sweep", "conversation", "--out", str(afile / "sub")], ["figures", "--out", str(afile / "sub")]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_capacity_specs_name_the_form(capsys) -> None:
+    for spec, message in (("1000:100000", "START:STOP:COUNT"), ("99999999999999999999", "[0, 2**63)")):
+        with pytest.raises(SystemExit):
+            main(["sweep", "conversation", "--capacities", spec])
+        assert message in capsys.readouterr().err
+
+
+def test_empty_policy_list_is_an_error(capsys) -> None:
+    assert main(["sweep", "conversation", "--policies", ","]) == 2
+    assert "policies is empty" in capsys.readouterr().err
+
+
+def test_replay_with_tiers_json(capsys) -> None:
+    code, out, _ = run(capsys, "replay", "conversation", "--tier", "GPU=2000", "--tier", "CPU=8000", "--json")
+    assert code == 0
+    summary = json.loads(out)
+    assert summary["tier_hit_blocks"] == {"GPU": 15665, "CPU": 45381}  # = one LRU of 10,000 blocks
+    assert summary["hit_blocks"] == 61046 and summary["write_policy"] == "write_back"
+
+
+def test_replay_with_tiers_table_and_policies(capsys, tmp_path) -> None:
+    code, out, _ = run(capsys, "replay", "synthetic", "--tier", "GPU=1000:fifo", "--tier", "NVMe=unbounded:none",
+                       "--write-policy", "write_through", "--out", str(tmp_path / "t"))
+    assert code == 0 and "write_through" in out and "NVMe" in out and "unbounded" in out
+    assert pl.read_csv(tmp_path / "t" / "tier_counters.csv")["tier"].to_list() == ["GPU", "NVMe"]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--tier", "GPU"], "expected NAME=CAPACITY_BLOCKS[:POLICY]"),
+    (["--tier", "GPU=-3"], "capacity must be in [0, 2**63) blocks, got -3"),
+    (["--tier", "GPU=10:mru"], "unknown policy 'mru'"),
+    (["--tier", "GPU=10:belady"], "cannot run in a tier"),
+    (["--tier", "GPU=10", "--tier", "GPU=20"], "tier names must be unique"),
+    (["--tier", "GPU=10", "--capacity-blocks", "5"], "drop --capacity-blocks"),
+])
+def test_replay_with_bad_tiers(capsys, argv, message) -> None:
+    try:
+        code = main(["replay", "conversation", *argv])
+    except SystemExit as exit_info:
+        code = exit_info.code
+    assert code == 2
+    assert message in capsys.readouterr().err

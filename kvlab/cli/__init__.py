@@ -16,6 +16,7 @@ from kvlab import __version__
 from kvlab.paths import BUNDLED_TRACES
 from kvlab.policies import POLICIES
 from kvlab.sim import TOUCH_ORDERS, ReplayConfig, replay
+from kvlab.tiers.store import WRITE_POLICIES
 from kvlab.traces import load_trace
 
 
@@ -26,8 +27,8 @@ def _capacity(text: str) -> int | None:
         value = int(text.replace("_", "").replace(",", ""))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of blocks or 'unbounded', got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"capacity must be >= 0 blocks, got {value}")
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"capacity must be in [0, 2**63) blocks, got {value}")
     return value
 
 
@@ -63,7 +64,28 @@ def parse_capacities(text: str) -> list[int | None]:
             raise argparse.ArgumentTypeError(f"need 1 <= START <= STOP and COUNT >= 1, got {text!r}")
         grid = np.unique(np.rint(np.geomspace(low, high, count)).astype(np.int64))
         return [int(c) for c in grid]
+    if ":" in text:
+        raise argparse.ArgumentTypeError(f"expected START:STOP:COUNT (three integers) or a comma list, got {text!r}")
     return [_capacity(part) for part in text.split(",") if part.strip()] or [_capacity(text)]
+
+
+def parse_tier(text: str) -> tuple[str, int | None, str | None]:
+    """``"GPU=2000"`` → ``("GPU", 2000, "lru")``; ``"CPU=8000:s3fifo"``, ``"NVMe=unbounded:none"``
+    (``none``: never evict).
+
+    Raises:
+        argparse.ArgumentTypeError: a malformed spec or capacity.
+
+    Example:
+        >>> parse_tier("CPU=8_000:fifo"), parse_tier("remote=unbounded")
+        (('CPU', 8000, 'fifo'), ('remote', None, 'lru'))
+    """
+    name, sep, rest = text.partition("=")
+    if not sep or not name.strip() or not rest:
+        raise argparse.ArgumentTypeError(f"expected NAME=CAPACITY_BLOCKS[:POLICY], got {text!r}")
+    capacity, _, policy = rest.partition(":")
+    policy = policy.strip() or "lru"
+    return name.strip(), _capacity(capacity.strip()), None if policy == "none" else policy
 
 
 def _positive_int(text: str) -> int:
@@ -82,6 +104,9 @@ def _out_dir(text: str) -> Path:
         raise argparse.ArgumentTypeError("the output folder path is empty")
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} exists and is not a folder")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise argparse.ArgumentTypeError(f"cannot create {text}: {parent} is a file, not a folder")
     return path
 
 
@@ -119,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="vLLM free-queue order in --mode vllm (default current)")
     rep.add_argument("--window-requests", type=_positive_int, default=1000, metavar="N",
                      help="window of the rolling hit ratio in the timeline (default 1000)")
+    rep.add_argument("--tier", type=parse_tier, action="append", metavar="NAME=CAPACITY_BLOCKS[:POLICY]",
+                     help="a storage tier, fastest first (repeat: --tier GPU=2000 --tier CPU=8000:s3fifo); "
+                          "POLICY 'none' never evicts; replaces --capacity-blocks/--policy")
+    rep.add_argument("--write-policy", choices=WRITE_POLICIES, default="write_back",
+                     help="with --tier: where computed blocks and victims go (default write_back)")
+    rep.add_argument("--no-promote", action="store_true", help="with --tier: serve lower-tier hits in place")
     rep.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     rep.add_argument("--out", type=_out_dir, metavar="DIR",
                      help="write requests.parquet, timeline.parquet, summary.json and occupancy charts")
@@ -154,9 +185,40 @@ def cmd_info(args: argparse.Namespace) -> None:
     print(json.dumps(stats.to_dict()) if args.json else stats)
 
 
+def cmd_replay_tiered(args: argparse.Namespace, trace: object) -> None:
+    """``kvlab replay TRACE --tier ...``: tiered storage (:func:`kvlab.tiers.replay.replay_tiered`)."""
+    from kvlab.tiers.replay import replay_tiered
+
+    if args.capacity_blocks is not None or args.policy != "lru" or args.mode != "prefix":
+        raise ValueError("--tier gives each tier its capacity and policy: drop --capacity-blocks, --policy and --mode")
+    result = replay_tiered(trace, args.tier, write_policy=args.write_policy, promote=not args.no_promote,
+                           touch_order=args.touch_order, warmup_fraction=args.warmup_fraction)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        result.requests.write_parquet(args.out / "requests.parquet")
+        result.tier_counters.write_csv(args.out / "tier_counters.csv")
+        (args.out / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(result.summary))
+        return
+    s = result.summary
+    print(f"tiered replay ({s['write_policy']}, promote={s['promote']}, {s['touch_order']}): {s['requests']:,} "
+          f"requests, block hit ratio {s['block_hit_ratio']:.4f}, token hit ratio {s['token_hit_ratio']:.4f}")
+    print(f"{'tier':<10}{'capacity':>12}{'policy':>10}{'hit blocks':>12}{'written':>10}{'evicted':>10}"
+          f"{'demoted':>10}{'promoted':>10}")
+    for row in result.tier_counters.iter_rows(named=True):
+        cap = "unbounded" if row["capacity_blocks"] is None else f"{row['capacity_blocks']:,}"
+        print(f"{row['tier']:<10}{cap:>12}{str(row['policy']):>10}{row['hit_blocks']:>12,}"
+              f"{row['written_blocks']:>10,}{row['evicted_blocks']:>10,}{row['demoted_out_blocks']:>10,}"
+              f"{row['promoted_in_blocks']:>10,}")
+
+
 def cmd_replay(args: argparse.Namespace) -> None:
     """``kvlab replay TRACE ...``."""
     trace = load_trace(args.trace, block_size=args.block_size)
+    if args.tier:
+        cmd_replay_tiered(args, trace)
+        return
     config = ReplayConfig(policy=args.policy, capacity_blocks=args.capacity_blocks, touch_order=args.touch_order,
                           warmup_fraction=args.warmup_fraction, window_requests=args.window_requests,
                           mode=args.mode, free_order=args.free_order)

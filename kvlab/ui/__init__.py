@@ -5,6 +5,7 @@ name                     what
 =======================  ============================================================
 :func:`replay_panel`     capacity / touch order / warm-up controls over a replay
 :class:`StepperPanel`    Step / Reset through an engine scenario, chart after each step
+:func:`design_explorer`  chunk size, model, tiers (GiB, policy), write policy → every tier over time
 =======================  ============================================================
 
 Panels keep the computation a pure method (``compute()``) and can be driven without a
@@ -12,7 +13,9 @@ browser: set a control's ``.value`` and read ``.result``, ``.summary.value`` or
 ``.chart.chart``.
 """
 
+from kvlab.ui.design_explorer import DesignExplorer, design_explorer
 from kvlab.ui.replay_panel import UNBOUNDED, ReplayPanel, capacity_options, replay_panel
 from kvlab.ui.stepper import StepperPanel
 
-__all__ = ["UNBOUNDED", "ReplayPanel", "StepperPanel", "capacity_options", "replay_panel"]
+__all__ = ["UNBOUNDED", "DesignExplorer", "ReplayPanel", "StepperPanel", "capacity_options", "design_explorer",
+           "replay_panel"]

@@ -1,0 +1,99 @@
+"""The design explorer, driven headlessly: set controls, assert on results and chart data."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from kvlab.sim import replay
+from kvlab.tiers.replay import replay_tiered
+from kvlab.ui import DesignExplorer, design_explorer
+
+
+def chart_frame(panel: DesignExplorer, column: str) -> pl.DataFrame:
+    (rows,) = [d for d in panel.chart.chart.to_dict()["datasets"].values() if column in d[0]]
+    return pl.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def small(conversation):
+    return conversation.head(2_000)
+
+
+def test_gib_become_blocks_and_the_chart_follows(small) -> None:
+    panel = design_explorer(small, debounce_s=0)
+    # Llama-3.1-8B: 128 KiB per token x 512 tokens = 64 MiB per block
+    assert panel.block_bytes == 64 * 2**20 and panel.capacity_blocks() == [256, 1024]
+    panel.capacity_gib[0].value = 4.0
+    assert panel.capacity_blocks() == [64, 1024]
+    assert panel.result.tier_counters["capacity_blocks"].to_list() == [64, 1024]
+    caps = chart_frame(panel, "capacity_gib")
+    assert caps["capacity_gib"].to_list() == [4.0, 64.0]
+    timeline = chart_frame(panel, "resident_gib")
+    assert timeline.group_by("tier").agg(pl.col("resident_gib").max()).sort("tier")["resident_gib"].to_list() \
+        <= [64.0, 4.0]
+    bars = chart_frame(panel, "served by")
+    assert bars["served by"].to_list() == ["GPU", "CPU", "computed"]
+    assert bars["blocks"].sum() == small.block_refs
+
+
+def test_exclusive_split_matches_one_lru(small) -> None:
+    """Write-back with promotion: the tiers' hits add up to one LRU of the summed blocks."""
+    panel = DesignExplorer(small, debounce_s=0)
+    total = sum(panel.capacity_blocks())
+    assert panel.result.summary["hit_blocks"] == replay(small, capacity_blocks=total).summary.hit_blocks
+    assert "GPU" in panel.summary.value and "est. TTFT saved" in panel.summary.value
+
+
+def test_every_control_recomputes(small) -> None:
+    panel = DesignExplorer(small, debounce_s=0)
+    panel.n_tiers.value = 3
+    assert panel.result.tier_names == ["GPU", "CPU", "NVMe"]
+    panel.write_policy.value = "write_through"
+    assert panel.result.summary["write_policy"] == "write_through"
+    panel.policy[1].value = "none"
+    assert panel.result.engine == "reference" and panel.result.tier_counters["policy"].to_list()[1] is None
+    panel.policy[1].value = "lru"
+    panel.promote.value = False
+    assert panel.result.summary["promote"] is False
+    panel.chunk.value = 2
+    assert panel.block_size_tokens == 1024 and panel.result.summary["block_refs"] == small.rechunk(2).block_refs
+    panel.model.value = "Llama-3.1-70B"
+    assert panel.block_bytes == 2 * 320 * 1024 * 512  # 320 KiB per token, 1,024-token blocks
+    expected = replay_tiered(small.rechunk(2), panel.tiers(), write_policy="write_through", promote=False)
+    assert panel.result.requests.equals(expected.requests)
+
+
+def test_moved_bytes_and_ttft_saved(small) -> None:
+    panel = DesignExplorer(small, debounce_s=0)
+    moved = panel.bytes_moved()
+    counters = {r["tier"]: r for r in panel.result.tier_counters.iter_rows(named=True)}
+    assert moved == {"GPU→CPU": counters["CPU"]["demoted_in_blocks"] * panel.block_bytes,
+                     "CPU→GPU": counters["GPU"]["promoted_in_blocks"] * panel.block_bytes}
+    assert moved["GPU→CPU"] > 0 and panel.ttft_saved_s() > 0
+    full = panel.ttft_saved_s()
+    panel.capacity_gib[0].value = 1 / 16
+    panel.capacity_gib[1].value = 1 / 16  # one block each: only the shared first block still hits
+    assert panel.result.summary["tier_hit_blocks"] == {"GPU": 1999, "CPU": 0}
+    assert 0 < panel.ttft_saved_s() < full
+
+
+def test_debounce_waits_for_the_last_change(small) -> None:
+    panel = DesignExplorer(small, debounce_s=0.05)
+    before = panel.result
+    panel.capacity_gib[0].value = 8.0
+    panel.capacity_gib[0].value = 4.0
+    assert panel.result is before  # not yet
+    panel._timer.join()
+    assert panel.result.tier_counters["capacity_blocks"].to_list() == [64, 1024]
+
+
+def test_bad_arguments(small) -> None:
+    with pytest.raises(ValueError, match="trace must be a kvlab Trace"):
+        DesignExplorer("conversation")
+    with pytest.raises(ValueError, match="unknown model"):
+        DesignExplorer(small, model="GPT-5")
+    with pytest.raises(ValueError, match=r"unknown gpu 'TPU'"):
+        DesignExplorer(small, gpu="TPU")
+    with pytest.raises(ValueError, match="debounce_s must be a number >= 0"):
+        DesignExplorer(small, debounce_s=-1)
