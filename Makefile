@@ -30,6 +30,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_policies.py --out out/bench/bench_policies.json
 	$(BIN)/python benchmarks/bench_mrc.py --out out/bench/bench_mrc.json
 	$(BIN)/python benchmarks/bench_memory.py --out out/bench/bench_memory.json
+	$(BIN)/python benchmarks/bench_explorer.py --out out/bench/bench_explorer.json
+	$(BIN)/python benchmarks/bench_tiers.py --out out/bench/bench_tiers.json
 
 ## make lab — JupyterLab on the notebooks
 lab: $(STAMP)

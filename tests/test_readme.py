@@ -10,7 +10,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def test_readme_python_example_runs(capsys) -> None:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert len(blocks) == 4 and len(blocks[0].strip().splitlines()) <= 12
+    assert len(blocks) == 5 and len(blocks[0].strip().splitlines()) <= 12
     namespace: dict = {}
     for block in blocks:  # run in order, in one namespace, as a reader would
         exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - our own README
@@ -29,3 +29,6 @@ def test_readme_python_example_runs(capsys) -> None:
     lru = namespace["lru_curve"].filter(namespace["lru_curve"]["capacity_blocks"] == 2_000)
     assert lru["hit_blocks"].to_list() == grid.filter(grid["policy"] == "lru")["hit_blocks"].to_list()[:1]
     assert lru.height == 1
+    assert namespace["tiered"].summary["tier_hit_blocks"] == {"GPU": 15665, "CPU": 45381}
+    assert namespace["tiered"].summary["hit_blocks"] == 61046  # = one LRU of 10,000 blocks (README table)
+
