@@ -7,7 +7,9 @@ with promotion and write_through with promotion. The reference store is plain Py
 request by request: it runs on the whole conversation trace and on a prefix of the Zipf
 stream (``--reference-refs``, default 200,000 refs), where the kernel must agree with it
 exactly (per-request hits and resident blocks per tier, every counter). Speed is block
-refs/s: ``kernel`` is the numba replay with its output arrays, ``replay`` the whole
+refs/s: ``kernel`` is :func:`kvlab.tiers.replay.run_tiered`, the numba replay with its
+outputs (the hit blocks per request and tier; the resident blocks per tier logged where
+they change, expanded per request by the frame), ``replay`` the whole
 :func:`kvlab.tiers.replay.replay_tiered` (polars frames included); the ratio is kernel
 refs/s over reference refs/s. For scale (a shared machine's pace varies), the one-LRU
 kernel of :func:`kvlab.sim.replay` at the summed capacity is timed on the same trace.

@@ -158,6 +158,8 @@ def test_replay_with_tiers_table_and_policies(capsys, tmp_path) -> None:
     (["--tier", "GPU=10:belady"], "cannot run in a tier"),
     (["--tier", "GPU=10", "--tier", "GPU=20"], "tier names must be unique"),
     (["--tier", "GPU=10", "--capacity-blocks", "5"], "drop --capacity-blocks"),
+    (["--tier", "GPU=5:"], "empty POLICY after ':'"),
+    (["--write-policy", "write_through"], "apply to tiers: add --tier"),
 ])
 def test_replay_with_bad_tiers(capsys, argv, message) -> None:
     try:

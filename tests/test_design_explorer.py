@@ -68,9 +68,11 @@ def test_moved_bytes_and_ttft_saved(small) -> None:
     panel = DesignExplorer(small, debounce_s=0)
     moved = panel.bytes_moved()
     counters = {r["tier"]: r for r in panel.result.tier_counters.iter_rows(named=True)}
-    assert moved == {"GPU→CPU": counters["CPU"]["demoted_in_blocks"] * panel.block_bytes,
-                     "CPU→GPU": counters["GPU"]["promoted_in_blocks"] * panel.block_bytes}
-    assert moved["GPU→CPU"] > 0 and panel.ttft_saved_s() > 0
+    cpu = counters["CPU"]
+    assert moved == {"→CPU": (cpu["written_blocks"] - cpu["promoted_in_blocks"]) * panel.block_bytes,
+                     "CPU→": cpu["read_blocks"] * panel.block_bytes}
+    assert cpu["written_blocks"] - cpu["promoted_in_blocks"] == cpu["demoted_in_blocks"] > 0  # write-back
+    assert moved["CPU→"] > 0 and panel.ttft_saved_s() > 0
     full = panel.ttft_saved_s()
     panel.capacity_gib[0].value = 1 / 16
     panel.capacity_gib[1].value = 1 / 16  # one block each: only the shared first block still hits
@@ -93,7 +95,8 @@ def test_bad_arguments(small) -> None:
         DesignExplorer("conversation")
     with pytest.raises(ValueError, match="unknown model"):
         DesignExplorer(small, model="GPT-5")
-    with pytest.raises(ValueError, match=r"unknown gpu 'TPU'"):
+    assert DesignExplorer(small, gpu="h100-sxm", debounce_s=0).gpu_flops == 989.5e12
+    with pytest.raises(ValueError, match=r"TPU"):
         DesignExplorer(small, gpu="TPU")
     with pytest.raises(ValueError, match="debounce_s must be a number >= 0"):
         DesignExplorer(small, debounce_s=-1)

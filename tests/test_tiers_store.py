@@ -225,6 +225,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.store = TieredStore([TierSpec(n, c, p) for n, c, p in zip(names, capacities, policies)],
                                  write_policy=write_policy, promote=promote)
         self.running: list[str] = []
+        self.gets = 0
 
     @rule(keys=KEYS, touch=TOUCH)
     def request(self, keys, touch) -> None:
@@ -236,10 +237,10 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(keys=KEYS)
     def get(self, keys) -> None:
-        request_id = f"r{len(self.running)}-{len(self.store.events)}"
+        self.gets += 1
+        request_id = f"r{self.gets}"
         self.store.get(keys, request_id=request_id)
-        if request_id in self.store._pins:
-            self.running.append(request_id)
+        self.running.append(request_id)
 
     @rule()
     def release(self) -> None:
@@ -283,3 +284,31 @@ def test_a_victim_skips_a_tier_that_stores_nothing() -> None:
     assert store.tier_blocks() == {"GPU": [2], "CPU": [], "NVMe": [1]}
     assert store.events == [TierEvent("stored", "GPU", (1,)), TierEvent("stored", "GPU", (2,)),
                             TierEvent("moved", "GPU", (1,), "NVMe")]
+
+
+def test_write_back_promotion_never_targets_its_own_tier() -> None:
+    """A top tier that cannot take the block (capacity 0, never evicting and full, or a
+    block pinned below): the hit is served in place — no self-promotion, no crash."""
+    for tiers in ([("GPU", 0), ("CPU", 4)], [TierSpec("GPU", 1, None), ("CPU", 4)]):
+        store = TieredStore(tiers)
+        store.put([1, 2])
+        before = store.counters()
+        store.get([1, 2], request_id="a")
+        store.get([1, 2], request_id="b")  # pinned below the top: served in place
+        store.release("a"), store.release("b")
+        after = store.counters()
+        assert after["CPU"]["promoted_out_blocks"] == before["CPU"]["promoted_out_blocks"]
+        assert not [e for e in store.events if e.kind == "moved" and e.tier == e.to_tier]
+        store.check()
+
+
+def test_release_after_a_get_without_hits_and_bad_keys() -> None:
+    store = TieredStore([("GPU", 2)])
+    store.get([7], request_id="r")
+    store.release("r")  # nothing was pinned: still fine
+    with pytest.raises(ValueError, match=r"keys\[1\] must be an integer in \[0, 2\*\*64\), got 'x'"):
+        store.put([1, "x"])
+    with pytest.raises(ValueError, match=r"tiers\[0\] must be a TierSpec or a \(name, capacity_blocks"):
+        TieredStore(["GPU"])
+    with pytest.raises(ValueError, match="promote must be a bool"):
+        TieredStore([("GPU", 1)], promote="no")

@@ -83,7 +83,9 @@ def parse_tier(text: str) -> tuple[str, int | None, str | None]:
     name, sep, rest = text.partition("=")
     if not sep or not name.strip() or not rest:
         raise argparse.ArgumentTypeError(f"expected NAME=CAPACITY_BLOCKS[:POLICY], got {text!r}")
-    capacity, _, policy = rest.partition(":")
+    capacity, colon, policy = rest.partition(":")
+    if colon and not policy.strip():
+        raise argparse.ArgumentTypeError(f"empty POLICY after ':' in {text!r} (a policy name, or 'none')")
     policy = policy.strip() or "lru"
     return name.strip(), _capacity(capacity.strip()), None if policy == "none" else policy
 
@@ -152,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--no-promote", action="store_true", help="with --tier: serve lower-tier hits in place")
     rep.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     rep.add_argument("--out", type=_out_dir, metavar="DIR",
-                     help="write requests.parquet, timeline.parquet, summary.json and occupancy charts")
+                     help="write requests.parquet, timeline.parquet, summary.json and occupancy charts "
+                          "(with --tier: requests.parquet, tier_counters.csv, summary.json)")
 
     swp = sub.add_parser("sweep", help="hit ratio of several policies over a grid of capacities")
     _add_trace_arguments(swp)
@@ -198,6 +201,8 @@ def cmd_replay_tiered(args: argparse.Namespace, trace: object) -> None:
         result.requests.write_parquet(args.out / "requests.parquet")
         result.tier_counters.write_csv(args.out / "tier_counters.csv")
         (args.out / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
+        if not args.json:
+            print(f"wrote {args.out}/ (requests.parquet, tier_counters.csv, summary.json)")
     if args.json:
         print(json.dumps(result.summary))
         return
@@ -215,6 +220,8 @@ def cmd_replay_tiered(args: argparse.Namespace, trace: object) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> None:
     """``kvlab replay TRACE ...``."""
+    if not args.tier and (args.write_policy != "write_back" or args.no_promote):
+        raise ValueError("--write-policy and --no-promote apply to tiers: add --tier NAME=CAPACITY_BLOCKS[:POLICY]")
     trace = load_trace(args.trace, block_size=args.block_size)
     if args.tier:
         cmd_replay_tiered(args, trace)

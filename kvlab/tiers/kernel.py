@@ -12,20 +12,23 @@ block in several tiers — so the fastest tier holding it is one table lookup; a
 ``nodes`` (``int32[slots, 3]``: block, previous and next slot; each tier's sentinel's
 next is its least recent block, its previous the most recent, as
 :mod:`kvlab.policies.lru`; free slots chained through next), ``loc``
-(``int32[n_keys, T]``, each block's slot per tier, -1 if absent). Slots keep a tier's
-list compact in memory (a 20,000-block GPU tier stays in L2 whatever the key space) and
-an eviction reuses its victim's slot. ``uses`` (saturating at ``selective_hits``) drives
+(``int32[n_keys, T]``, each block's slot per tier, valid where its ``where`` bit is set:
+an eviction leaves it stale, sparing a random write). Slots keep a tier's list compact
+in memory (a 20,000-block GPU tier stays in L2 whatever the key space) and an eviction
+reuses its victim's slot. ``uses`` (saturating at ``selective_hits``) drives
 ``write_through_selective``. One block access is a touch and/or a sequence of inserts,
 each evicting before it inserts (a tier never exceeds its capacity) and, under
 write-back, cascading its victim down, run in a single loop (numba reference-counts the
 arrays of every call it does not inline, so there is one insert site).
 
-:func:`exclusive_replay_range` (write-back with promotion, no tier of capacity 0;
-:class:`ExclusiveState`): the tiers are then one LRU list split by recency, so a
-demotion is a boundary moving by one block instead of an unlink and an insert.
+:func:`kvlab.tiers.kernel_exclusive.exclusive_replay_range` (write-back with promotion,
+no tier of capacity 0) runs the same replay over one LRU list split by recency.
 
-Both prefetch the residency of the blocks a few references ahead and the next victims:
-on a 1 M-object Zipf stream that hides much of the memory latency.
+Both prefetch the residency of the blocks a few references ahead, their nodes and their
+neighbours nearer, and the next victims: on a 1 M-object Zipf stream that hides much of
+the memory latency. Both write per request only the hit blocks per tier; the resident
+blocks per tier are logged where they change (:func:`_record_used`: once the tiers are
+full, seldom), and :func:`request_columns` builds the frame's columns in one pass.
 """
 
 from __future__ import annotations
@@ -47,8 +50,8 @@ COUNTERS = ("queried_blocks", "hit_blocks", "read_blocks", "written_blocks", "pr
             "demoted_in_blocks", "evicted_blocks", "demoted_out_blocks", "promoted_out_blocks")
 QUERIED, HIT, READ, WRITTEN, PROMOTED_IN, DEMOTED_IN, EVICTED, DEMOTED_OUT, PROMOTED_OUT = range(len(COUNTERS))
 
-#: References ahead whose residency the kernel prefetches.
-PREFETCH_REFS = 4
+#: References ahead whose residency the kernel prefetches (see :func:`_prefetch_ahead`).
+PREFETCH_REFS = 12
 #: Columns of :attr:`TieredState.nodes`.
 KEY, PREV, NEXT = 0, 1, 2
 #: The fastest tier holding a block, from its residency byte (bit t: in tier t); 8 for none.
@@ -116,13 +119,29 @@ def _prefetch(typingctx, arr, i):  # noqa: ANN001, ARG001 - numba intrinsic
 
 
 @njit(inline="always")
-def _prefetch_ahead(block_ids: np.ndarray, a: int, b: int, where: np.ndarray, loc: np.ndarray) -> None:
-    """Prefetch the residency of the blocks ``PREFETCH_REFS`` references ahead of the
-    references ``a .. b - 1`` (hides much of the memory latency of a large key space)."""
-    for q in range(a + PREFETCH_REFS, min(b + PREFETCH_REFS, block_ids.shape[0])):
+def _prefetch_ahead(block_ids: np.ndarray, a: int, b: int, where: np.ndarray, loc: np.ndarray,
+                    nodes: np.ndarray) -> None:
+    """For the references ``a .. b - 1``, prefetch the residency of the blocks
+    ``PREFETCH_REFS`` references ahead, the node of their fastest copy half as far, and its
+    neighbours in the list (which an access unlinks) a quarter as far: hides much of the
+    memory latency of a large key space."""
+    n_refs = block_ids.shape[0]
+    for q in range(a + PREFETCH_REFS, min(b + PREFETCH_REFS, n_refs)):
         k = block_ids[q]
         _prefetch(where, k)
         _prefetch(loc, k)
+    for q in range(a + PREFETCH_REFS // 2, min(b + PREFETCH_REFS // 2, n_refs)):
+        k = block_ids[q]
+        t = _FIRST_TIER[where[k]]
+        if t < MAX_TIERS:
+            _prefetch(nodes, loc[k, t])
+    for q in range(a + PREFETCH_REFS // 4, min(b + PREFETCH_REFS // 4, n_refs)):
+        k = block_ids[q]
+        t = _FIRST_TIER[where[k]]
+        if t < MAX_TIERS:
+            s = loc[k, t]
+            _prefetch(nodes, nodes[s, PREV])
+            _prefetch(nodes, nodes[s, NEXT])
 
 
 @njit(inline="always")
@@ -172,10 +191,83 @@ def _fold_queried(queried: np.ndarray, counters: np.ndarray) -> None:
         counters[t, QUERIED] += total
 
 
+@njit(inline="always")
+def _record_used(used: np.ndarray, used_log: np.ndarray, m: int, r: int) -> int:
+    """Log the resident blocks per tier after request ``r`` if they differ from the last
+    logged (rows ``0 .. m - 1`` of ``used_log``: the request, then one column per tier);
+    returns the rows logged. They change seldom once the tiers are full, so the log stays
+    short (and a preallocated ``np.empty`` log is never touched beyond it)."""
+    n_tiers = used.shape[0]
+    changed = m == 0
+    t = 0
+    while not changed and t < n_tiers:
+        changed = used_log[m - 1, t + 1] != used[t]
+        t += 1
+    if changed:
+        used_log[m, 0] = r
+        for t in range(n_tiers):
+            used_log[m, t + 1] = used[t]
+        m += 1
+    return m
+
+
+@njit(nogil=True)
+def max_request_blocks(offsets: np.ndarray) -> int:
+    """The longest request's blocks (0 if none), from the CSR ``offsets``."""
+    longest = 0
+    for r in range(offsets.shape[0] - 1):
+        longest = max(longest, offsets[r + 1] - offsets[r])
+    return longest
+
+
+@njit(nogil=True)
+def request_columns(offsets: np.ndarray, input_tokens: np.ndarray, block_size: int, skip: int,
+                    hit_blocks: np.ndarray, used_log: np.ndarray, hits: np.ndarray, used: np.ndarray,
+                    total: np.ndarray, computed: np.ndarray, tier_hits: np.ndarray) -> tuple[int, int, int]:
+    """The per-request columns of a replay in one pass, into ``hits`` and ``used``
+    (``uint32[T, n_requests]``, tier by tier: hit blocks, and resident blocks after the
+    request expanded from ``used_log`` as :func:`expand_used`), ``total`` and ``computed``
+    (``uint32[n_requests]``: hit blocks over the tiers, and the rest) — numpy's arrays:
+    it asks the kernel for huge pages, which a 10 M-request frame faults in much faster —
+    and over the requests from ``skip`` on: hit blocks per tier (into ``tier_hits``,
+    ``int64[T]``, zeroed), and returned, hit blocks, hit tokens (full blocks as
+    ``block_size`` tokens, at most the input) and input tokens."""
+    n, n_tiers = hit_blocks.shape
+    hit_sum = 0
+    hit_tokens = 0
+    n_inputs = 0
+    row = 0
+    for r in range(n):
+        while row + 1 < used_log.shape[0] and used_log[row + 1, 0] <= r:
+            row += 1
+        h = 0
+        for t in range(n_tiers):
+            x = hit_blocks[r, t]
+            hits[t, r] = x
+            h += x
+            used[t, r] = used_log[row, t + 1]
+        total[r] = h
+        computed[r] = offsets[r + 1] - offsets[r] - h
+        if r >= skip:
+            for t in range(n_tiers):
+                tier_hits[t] += hit_blocks[r, t]
+            hit_sum += h
+            hit_tokens += min(h * block_size, input_tokens[r])
+            n_inputs += input_tokens[r]
+    return hit_sum, hit_tokens, n_inputs
+
+
+def expand_used(used_log: np.ndarray, n_requests: int) -> np.ndarray:
+    """The resident blocks per tier after each request (``[n_requests, T]``) from a
+    log of the kernels (its rows: the request where they changed, then one per tier)."""
+    counts = np.diff(np.append(used_log[:, 0], n_requests))
+    return np.repeat(used_log[:, 1:], counts, axis=0)
+
+
 @njit(nogil=True)
 def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, stop: int, reverse: bool,
                         write_policy: int, promote: bool, selective_hits: int, state: TieredState,
-                        hit_blocks: np.ndarray, used_blocks: np.ndarray) -> None:
+                        hit_blocks: np.ndarray, used_log: np.ndarray, n_logged: np.ndarray) -> None:
     """Replay requests ``start .. stop - 1`` (``offsets``: ``int64`` CSR, ``block_ids``:
     ``int32`` dense ids) through the tiers of ``state`` (mutated; it carries over between
     calls). Per request: the lookup (the combined contiguous prefix, each block answered
@@ -183,8 +275,11 @@ def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, 
     head when ``reverse`` (``touch_order="head_most_recent"``) — served from the fastest
     tier holding it now or, resident nowhere, stored. ``write_policy`` is
     :data:`WRITE_THROUGH`, :data:`WRITE_BACK` or :data:`WRITE_THROUGH_SELECTIVE`.
-    Outputs (``int32[n_requests, T]``): ``hit_blocks`` (zeroed on entry) per tier,
-    ``used_blocks`` resident per tier after the request; counters in ``state.counters``.
+    Outputs: ``hit_blocks`` (``[n_requests, T]``, zeroed on entry, any integer type
+    holding a request's length) per tier; the resident blocks per tier after each request
+    logged where they change (``used_log``, ``int32[n_requests, T + 1]``; ``n_logged[0]``
+    rows, carried over between calls; see :func:`expand_used`); counters in
+    ``state.counters``.
     """
     where, loc, nodes, sentinel, free, uses = state.where, state.loc, state.nodes, state.sentinel, state.free, \
         state.uses
@@ -194,16 +289,16 @@ def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, 
     selective = write_policy == WRITE_THROUGH_SELECTIVE
     queried = np.zeros(n_tiers + 1, dtype=np.int64)
     sentinel0 = sentinel[0]
+    logged = n_logged[0]
+    dirty = True  # the resident blocks per tier may differ from the last logged
     for r in range(start, stop):
         a = offsets[r]
         n = offsets[r + 1] - a
-        _prefetch_ahead(block_ids, a, a + n, where, loc)
+        _prefetch_ahead(block_ids, a, a + n, where, loc, nodes)
         for t in range(n_tiers):  # the next victims of the full tiers, with their successors
             if used[t] >= capacity[t] and capacity[t] > 0:
                 s = nodes[sentinel[t], NEXT]
-                v = nodes[s, KEY]
-                _prefetch(where, v)
-                _prefetch(loc, v)
+                _prefetch(where, nodes[s, KEY])
                 _prefetch(nodes, nodes[s, NEXT])
         _lookup(block_ids, a, n, where, queried, counters, hit_blocks, r)
         # ---- access every block in touch order
@@ -232,17 +327,21 @@ def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, 
                 s = loc[k, t]
                 counters[t, READ] += 1
                 _unlink(nodes, s)
-                if write_back and promote:  # exclusive: move to the top
+                up = 0  # exclusive promotion: to the first tier above that stores anything
+                while up < t and capacity[up] == 0:
+                    up += 1
+                if write_back and promote and up < t:  # move it up
                     nodes[s, NEXT] = free[t]
                     free[t] = s
                     where[k] = 0
-                    loc[k, t] = -1
                     used[t] -= 1
+                    dirty = True
                     counters[t, PROMOTED_OUT] += 1
                     n_down = 1
-                else:  # touch
+                    down_from = up
+                else:  # touch (in place, or no tier above can take it)
                     _push(nodes, s, sentinel[t])
-                    if promote:  # copy into every tier above
+                    if promote and not write_back:  # copy into every tier above
                         n_down = t
                         down_from = t - 1
             if selective and uses[k] >= selective_hits:  # copy down to every lower tier
@@ -268,13 +367,13 @@ def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, 
                         s = nodes[sentinel[u], NEXT]
                         victim = nodes[s, KEY]
                         _unlink(nodes, s)
-                        where[victim] &= ~np.uint8(1 << u)
-                        loc[victim, u] = -1
+                        where[victim] &= ~np.uint8(1 << u)  # its loc goes stale: where says absent
                         counters[u, EVICTED] += 1
                     else:
                         s = free[u]
                         free[u] = nodes[s, NEXT]
                         used[u] += 1
+                        dirty = True
                     nodes[s, KEY] = block
                     _push(nodes, s, sentinel[u])
                     where[block] |= np.uint8(1 << u)
@@ -294,127 +393,8 @@ def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, 
                     counters[w, DEMOTED_IN] += 1
                     block = victim
                     u = w
-        for t in range(n_tiers):
-            used_blocks[r, t] = used[t]
+        if dirty:
+            logged = _record_used(used, used_log, logged, r)
+            dirty = False
+    n_logged[0] = logged
     _fold_queried(queried, counters)
-
-
-class ExclusiveState(NamedTuple):
-    """Write-back with promotion: one LRU list (``nodes`` over ``min(sum(capacity), n_keys)``
-    slots, sentinel last; ``loc[k]`` the slot of block ``k``) split by recency — tier 0 the
-    most recent ``capacity[0]`` blocks, then tier 1 ...; a tier is full whenever a lower one
-    holds blocks — with ``bound[t]`` the slot of tier ``t``'s least recent block."""
-
-    where: np.ndarray
-    loc: np.ndarray
-    nodes: np.ndarray
-    bound: np.ndarray
-    free: np.ndarray
-    capacity: np.ndarray
-    used: np.ndarray
-    counters: np.ndarray
-
-
-def make_exclusive_state(n_keys: int, capacities_blocks: list[int | None]) -> ExclusiveState:
-    """Empty :class:`ExclusiveState` (every capacity must be ``None`` or > 0)."""
-    capacity = np.array([n_keys if c is None else min(int(c), n_keys) for c in capacities_blocks], dtype=np.int64)
-    if (capacity <= 0).any():
-        raise ValueError(f"the exclusive kernel needs capacities > 0, got {capacities_blocks}")
-    n_slots = int(min(capacity.sum(), n_keys))
-    nodes = np.full((n_slots + 1, 3), -1, dtype=np.int32)
-    nodes[:n_slots, NEXT] = np.arange(1, n_slots + 1)
-    nodes[n_slots - 1, NEXT] = -1
-    nodes[n_slots, PREV] = nodes[n_slots, NEXT] = n_slots
-    n_tiers = len(capacity)
-    return ExclusiveState(np.zeros(n_keys, dtype=np.uint8), np.full(n_keys, -1, dtype=np.int32), nodes,
-                          np.full(n_tiers, -1, dtype=np.int64), np.array([0], dtype=np.int64), capacity,
-                          np.zeros(n_tiers, dtype=np.int64), np.zeros((n_tiers, len(COUNTERS)), dtype=np.int64))
-
-
-@njit(nogil=True)
-def exclusive_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, stop: int, reverse: bool,
-                           state: ExclusiveState, hit_blocks: np.ndarray, used_blocks: np.ndarray) -> None:
-    """:func:`tiered_replay_range` for write-back with promotion (same results, faster)."""
-    where, loc, nodes, bound, free = state.where, state.loc, state.nodes, state.bound, state.free
-    capacity, used, counters = state.capacity, state.used, state.counters
-    n_tiers = capacity.shape[0]
-    last = n_tiers - 1
-    sentinel = nodes.shape[0] - 1
-    queried = np.zeros(n_tiers + 1, dtype=np.int64)
-    # events, counted at the end: reads (below the top: promotions), crossings down, stores, drops
-    read = np.zeros(n_tiers, dtype=np.int64)
-    crossed = np.zeros(n_tiers, dtype=np.int64)
-    stored = 0
-    dropped = 0
-    for r in range(start, stop):
-        a = offsets[r]
-        n = offsets[r + 1] - a
-        _prefetch_ahead(block_ids, a, a + n, where, loc)
-        for t in range(n_tiers):  # the blocks about to cross a boundary
-            if bound[t] >= 0:
-                _prefetch(where, nodes[bound[t], KEY])
-                _prefetch(nodes, nodes[bound[t], NEXT])
-        _lookup(block_ids, a, n, where, queried, counters, hit_blocks, r)
-        for j in range(n):
-            k = block_ids[a + n - 1 - j] if reverse else block_ids[a + j]
-            m = where[k]
-            s = loc[k]
-            if m == 1:  # a top-tier hit: touch
-                read[0] += 1
-                if s == bound[0] and used[0] > 1:
-                    bound[0] = nodes[s, NEXT]
-                _unlink(nodes, s)
-                _push(nodes, s, sentinel)
-                continue
-            if m == 0:  # computed: make room at the bottom if every tier is full, then store
-                if used[last] == capacity[last]:
-                    s = bound[last]
-                    bound[last] = nodes[s, NEXT] if used[last] > 1 else -1
-                    _unlink(nodes, s)
-                    v = nodes[s, KEY]
-                    where[v] = 0
-                    loc[v] = -1
-                    used[last] -= 1
-                    dropped += 1
-                    nodes[s, NEXT] = free[0]
-                    free[0] = s
-                s = free[0]
-                free[0] = nodes[s, NEXT]
-                nodes[s, KEY] = k
-                loc[k] = s
-                stored += 1
-            else:  # a lower-tier hit: move it to the top
-                t = _FIRST_TIER[m]
-                read[t] += 1
-                if s == bound[t]:
-                    bound[t] = nodes[s, NEXT] if used[t] > 1 else -1
-                used[t] -= 1
-                _unlink(nodes, s)
-            _push(nodes, s, sentinel)
-            where[k] = 1
-            u = 0
-            while used[u] == capacity[u]:  # a full tier: its least recent block crosses down
-                c = bound[u]
-                bound[u] = nodes[c, NEXT]
-                where[nodes[c, KEY]] = 1 << (u + 1)
-                crossed[u] += 1
-                s = c
-                u += 1
-            used[u] += 1
-            if used[u] == 1:
-                bound[u] = s
-        for t in range(n_tiers):
-            used_blocks[r, t] = used[t]
-    _fold_queried(queried, counters)
-    counters[0, WRITTEN] += stored
-    counters[last, EVICTED] += dropped
-    for t in range(n_tiers):
-        counters[t, READ] += read[t]
-        counters[t, EVICTED] += crossed[t]
-        counters[t, DEMOTED_OUT] += crossed[t]
-        if t > 0:
-            counters[t, PROMOTED_OUT] += read[t]
-            counters[0, PROMOTED_IN] += read[t]
-            counters[0, WRITTEN] += read[t]
-            counters[t, DEMOTED_IN] += crossed[t - 1]
-            counters[t, WRITTEN] += crossed[t - 1]

@@ -30,12 +30,14 @@ from kvlab.tiers.kernel import (
     COUNTERS,
     MAX_TIERS,
     WRITE_BACK,
-    exclusive_replay_range,
-    make_exclusive_state,
+    expand_used,
     make_tiered_state,
+    max_request_blocks,
+    request_columns,
     tiered_replay_range,
 )
-from kvlab.tiers.store import WRITE_POLICIES, TieredStore, TierSpec
+from kvlab.tiers.kernel_exclusive import exclusive_replay_range, make_exclusive_state
+from kvlab.tiers.store import WRITE_POLICIES, TieredStore, TierSpec, tier_specs
 from kvlab.tiers.tier import TierCounters
 from kvlab.traces import Trace
 from kvlab.traces.flat import FlatTrace
@@ -135,7 +137,7 @@ def replay_tiered(trace: Trace, tiers: Sequence[TierSpec | tuple], *, write_poli
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
-    specs = _tier_specs(tiers)
+    specs = tier_specs(tiers)
     if touch_order not in TOUCH_ORDERS:
         raise ValueError(f"touch_order must be one of {TOUCH_ORDERS}, got {touch_order!r}")
     if not isinstance(promote, (bool, np.bool_)):
@@ -162,24 +164,32 @@ def replay_tiered(trace: Trace, tiers: Sequence[TierSpec | tuple], *, write_poli
     if use_kernel:
         run = run_tiered(trace.flat, [s.capacity_blocks for s in specs], write_policy=write_policy,
                          promote=bool(promote), touch_order=touch_order, selective_hits=selective_hits, split=skip)
-        hits, used = run.hit_blocks, run.used_blocks
+        hits, used = run.hit_blocks, run.used_log
         counters = {name: run.counters[:, i] - run.counters_at_split[:, i] for i, name in enumerate(COUNTERS)}
     else:
-        hits, used, counters = _run_reference(store, keys, touch_order, skip)
+        hits, used_blocks, counters = _run_reference(store, keys, touch_order, skip)
+        used = np.column_stack((np.arange(len(keys), dtype=np.int64), used_blocks))  # a log of every request
     return _result(trace, specs, hits, used, counters, skip, "kernel" if use_kernel else "reference",
                    {"write_policy": write_policy, "promote": bool(promote), "touch_order": touch_order})
 
 
 class TieredRun(NamedTuple):
-    """Raw output of :func:`run_tiered`: ``hit_blocks`` and ``used_blocks``
-    (``int32[n_requests, T]``), the counters (``int64[T, len(COUNTERS)]``, columns
+    """Raw output of :func:`run_tiered`: ``hit_blocks`` (``[n_requests, T]``, the
+    narrowest unsigned type holding the longest request), the resident blocks per tier
+    logged where they change (``used_log``: rows of the request, then one column per tier;
+    :attr:`used_blocks` expands it), the counters (``int64[T, len(COUNTERS)]``, columns
     :data:`~kvlab.tiers.kernel.COUNTERS`) after the whole run and after the first
     ``split`` requests."""
 
     hit_blocks: np.ndarray
-    used_blocks: np.ndarray
+    used_log: np.ndarray
     counters: np.ndarray
     counters_at_split: np.ndarray
+
+    @property
+    def used_blocks(self) -> np.ndarray:
+        """The resident blocks per tier after each request (``[n_requests, T]``, the log's type)."""
+        return expand_used(self.used_log, self.hit_blocks.shape[0])
 
 
 def run_tiered(flat: FlatTrace, capacities_blocks: list[int | None], *, write_policy: str = "write_back",
@@ -199,35 +209,25 @@ def run_tiered(flat: FlatTrace, capacities_blocks: list[int | None], *, write_po
         ([[0, 0], [2, 1]], [[2, 1], [2, 1]])
     """
     n_requests, n_tiers = flat.n_requests, len(capacities_blocks)
-    hits = np.zeros((n_requests, n_tiers), dtype=np.int32)
-    used = np.zeros((n_requests, n_tiers), dtype=np.int32)
+    longest = max_request_blocks(flat.offsets)
+    hits = np.zeros((n_requests, n_tiers), dtype=np.min_scalar_type(longest) if longest else np.uint8)
+    # the log of the resident blocks: only the rows written are ever touched (np.empty)
+    used = np.empty((n_requests, n_tiers + 1), dtype=np.int32 if n_requests < 2**31 else np.int64)
+    n_logged = np.zeros(1, dtype=np.int64)
     split = min(max(int(split), 0), n_requests)
     code, reverse = WRITE_POLICIES.index(write_policy), touch_order == "head_most_recent"
     if exclusive and code == WRITE_BACK and promote and flat.n_keys > 0 \
             and all(c is None or c > 0 for c in capacities_blocks):
         state = make_exclusive_state(flat.n_keys, capacities_blocks)
-        args, kernel = (reverse, state, hits, used), exclusive_replay_range
+        args, kernel = (reverse, state, hits, used, n_logged), exclusive_replay_range
     else:
         state = make_tiered_state(flat.n_keys, capacities_blocks)
-        args = (reverse, code, bool(promote), min(int(selective_hits), 2**31 - 1), state, hits, used)
+        args = (reverse, code, bool(promote), min(int(selective_hits), 2**31 - 1), state, hits, used, n_logged)
         kernel = tiered_replay_range
     kernel(flat.offsets, flat.block_ids, 0, split, *args)
     at_split = state.counters.copy()
     kernel(flat.offsets, flat.block_ids, split, n_requests, *args)
-    return TieredRun(hits, used, state.counters.copy(), at_split)
-
-
-def _tier_specs(tiers: object) -> list[TierSpec]:
-    if isinstance(tiers, (str, bytes)) or not isinstance(tiers, Sequence):
-        raise ValueError(f"tiers must be a list of TierSpec or (name, capacity_blocks[, policy]) tuples, got {tiers!r}")
-    specs = []
-    for i, t in enumerate(tiers):
-        try:
-            specs.append(t if isinstance(t, TierSpec) else TierSpec(*t))
-        except TypeError:
-            raise ValueError(f"tiers[{i}] must be a TierSpec or a (name, capacity_blocks[, policy]) tuple, "
-                             f"got {t!r}") from None
-    return specs
+    return TieredRun(hits, used[:n_logged[0]], state.counters.copy(), at_split)
 
 
 def _run_reference(store: TieredStore, keys: list[list[int]], touch_order: str,
@@ -252,27 +252,31 @@ def _run_reference(store: TieredStore, keys: list[list[int]], touch_order: str,
     return hits, used, counters
 
 
-def _result(trace: Trace, specs: list[TierSpec], hits: np.ndarray, used: np.ndarray, counters: dict[str, np.ndarray],
-            skip: int, engine: str, options: dict) -> TieredReplayResult:
+def _result(trace: Trace, specs: list[TierSpec], hit_blocks: np.ndarray, used_log: np.ndarray,
+            counters: dict[str, np.ndarray], skip: int, engine: str, options: dict) -> TieredReplayResult:
+    """The frames and summary from the hit blocks per request and tier and the log of the
+    resident blocks (:attr:`TieredRun.used_log`)."""
     flat = trace.flat
     n_tiers = len(specs)
-    blocks = flat.blocks_per_request()
-    total = hits[:, 0].astype(np.int64)  # column by column: much faster than a row-wise sum
-    for t in range(1, n_tiers):
-        total += hits[:, t]
+    n = flat.n_requests
+    hits, used = np.empty((n_tiers, n), dtype=np.uint32), np.empty((n_tiers, n), dtype=np.uint32)
+    total, computed = np.empty(n, dtype=np.uint32), np.empty(n, dtype=np.uint32)
+    tier_hits = np.zeros(n_tiers, dtype=np.int64)
+    hit_sum, hit_tokens, n_inputs = request_columns(flat.offsets, flat.input_tokens, flat.block_size, skip, hit_blocks,
+                                                    used_log, hits, used, total, computed, tier_hits)
     measured = np.ones(flat.n_requests, dtype=np.bool_)
     measured[:skip] = False
     columns = {
         "request_id": trace.frame["request_id"],
         "arrival_s": trace.frame["arrival_s"],
         "input_tokens": trace.frame["input_tokens"],
-        "hit_blocks": pl.Series(total.astype(np.uint32)),
-        "computed_blocks": pl.Series((blocks - total).astype(np.uint32)),
+        "hit_blocks": pl.Series(total),
+        "computed_blocks": pl.Series(computed),
     }
     for t, spec in enumerate(specs):
-        columns[f"hit_blocks_{spec.name}"] = pl.Series(hits[:, t].astype(np.uint32))
+        columns[f"hit_blocks_{spec.name}"] = pl.Series(hits[t])
     for t, spec in enumerate(specs):
-        columns[f"used_blocks_{spec.name}"] = pl.Series(used[:, t].astype(np.uint32))
+        columns[f"used_blocks_{spec.name}"] = pl.Series(used[t])
     columns["measured"] = measured
     zeros = np.zeros(n_tiers, dtype=np.int64)
     rows = {f.name: counters.get(f.name, zeros).astype(np.int64) for f in fields(TierCounters)}
@@ -284,16 +288,15 @@ def _result(trace: Trace, specs: list[TierSpec], hits: np.ndarray, used: np.ndar
         "policy": pl.Series([s.policy for s in specs], dtype=pl.String),
         **rows,
     })
-    hits_m, blocks_m, inputs_m = total[skip:], blocks[skip:], flat.input_tokens[skip:]
-    hit_tokens = np.minimum(hits_m * flat.block_size, inputs_m)
-    refs, n_inputs = int(blocks_m.sum()), int(inputs_m.sum())
+    refs, hit_sum, hit_tokens, n_inputs = int(flat.offsets[-1] - flat.offsets[skip]), int(hit_sum), int(hit_tokens), \
+        int(n_inputs)
     summary = {
-        "requests": int(blocks_m.shape[0]), "warmup_requests": skip,
-        "block_refs": refs, "hit_blocks": int(hits_m.sum()),
-        "block_hit_ratio": float(hits_m.sum() / refs) if refs else 0.0,
-        "input_tokens": n_inputs, "hit_tokens": int(hit_tokens.sum()),
-        "token_hit_ratio": float(hit_tokens.sum() / n_inputs) if n_inputs else 0.0,
-        "tier_hit_blocks": {s.name: int(hits[skip:, t].sum()) for t, s in enumerate(specs)},
+        "requests": flat.n_requests - skip, "warmup_requests": skip,
+        "block_refs": refs, "hit_blocks": hit_sum,
+        "block_hit_ratio": hit_sum / refs if refs else 0.0,
+        "input_tokens": n_inputs, "hit_tokens": hit_tokens,
+        "token_hit_ratio": hit_tokens / n_inputs if n_inputs else 0.0,
+        "tier_hit_blocks": {s.name: int(tier_hits[t]) for t, s in enumerate(specs)},
         "engine": engine, **options,
     }
     return TieredReplayResult(pl.DataFrame(columns), tier_counters, summary, engine)

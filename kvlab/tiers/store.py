@@ -33,57 +33,29 @@ or moved to the top tier under ``write_back``) or served in place (touched there
 ``write_through_selective`` copies a block that reached ``selective_hits`` uses into
 every tier below the top that lacks it (also tiers above the one serving it in place).
 
+**Lower-tier policies under write-back with promotion** see each block once: a hit moves
+it up, so a re-access never reaches the lower tier's policy, and recency-like policies
+(LRU, FIFO, SIEVE, LFU, ARC) behave alike there; S3-FIFO, which admits through a small
+queue, differs.
+
 **Hits and reads.** A request's hit is fixed by its lookup; its blocks are then touched
 in ``touch_order``, and inserting the tail first can evict a head block the lookup
 counted (as in :func:`kvlab.sim.replay`): that block is then found where it went, or
-recomputed, so a tier's ``read_blocks`` can be lower than its ``hit_blocks``.
+recomputed, so a tier's ``read_blocks`` can be lower than its ``hit_blocks``; and a
+resident block after a request's first miss is read (promoted) too — the touch of the
+single-cache replay — so ``read_blocks`` can also be higher. KV events carry
+``block_size_tokens`` (default 16: vLLM's block) — pass the trace's block size.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+import numpy as np
 
 from kvlab.tiers.events import TierEvent, to_kv_events
+from kvlab.tiers.types import WALKS, WRITE_POLICIES, LookupResult, TierSpec, check_keys, tier_specs
 from kvlab.tiers.tier import Tier
-
-#: Write policies of :class:`TieredStore`.
-WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
-#: Lookup walks of :class:`TieredStore`.
-WALKS = ("per_block", "opal")
-
-
-@dataclass(frozen=True)
-class TierSpec:
-    """One tier's configuration: ``name`` (the KV events' ``medium``), ``capacity_blocks``
-    (``None`` = unbounded) and ``policy`` (a :mod:`kvlab.policies` name, or ``None`` for
-    no eviction).
-
-    Example:
-        >>> TierSpec("CPU", 8_000, "s3fifo").policy
-        's3fifo'
-    """
-
-    name: str
-    capacity_blocks: int | None
-    policy: str | None = "lru"
-
-
-@dataclass(frozen=True)
-class LookupResult:
-    """The combined prefix a lookup found: ``hit_blocks`` and the index of the tier that
-    holds each of them (``tiers``, length ``hit_blocks``)."""
-
-    hit_blocks: int
-    tiers: tuple[int, ...]
-
-    def blocks_per_tier(self, n_tiers: int) -> list[int]:
-        """Hit blocks served by each tier, in tier order."""
-        counts = [0] * n_tiers
-        for t in self.tiers:
-            counts[t] += 1
-        return counts
-
 
 class TieredStore:
     """Tiers in order (fastest first), a write policy, promotion on lower-tier hits.
@@ -116,7 +88,7 @@ class TieredStore:
 
     def __init__(self, tiers: Sequence[TierSpec | tuple], *, write_policy: str = "write_back", promote: bool = True,
                  selective_hits: int = 2, walk: str = "per_block", block_size_tokens: int = 16) -> None:
-        specs = [t if isinstance(t, TierSpec) else TierSpec(*t) for t in tiers]
+        specs = tier_specs(tiers)
         if not specs:
             raise ValueError("a tiered store needs at least one tier")
         names = [s.name for s in specs]
@@ -128,6 +100,10 @@ class TieredStore:
             raise ValueError(f"walk must be one of {WALKS}, got {walk!r}")
         if not isinstance(selective_hits, int) or isinstance(selective_hits, bool) or selective_hits < 1:
             raise ValueError(f"selective_hits must be an integer >= 1, got {selective_hits!r}")
+        if not isinstance(promote, (bool, np.bool_)):
+            raise ValueError(f"promote must be a bool, got {promote!r}")
+        if isinstance(block_size_tokens, bool) or not isinstance(block_size_tokens, int) or block_size_tokens < 1:
+            raise ValueError(f"block_size_tokens must be an integer >= 1, got {block_size_tokens!r}")
         self.tiers = [Tier(s.name, s.capacity_blocks, s.policy) for s in specs]
         self.write_policy, self.promote, self.selective_hits, self.walk = write_policy, bool(promote), selective_hits, walk
         self.block_size_tokens = block_size_tokens
@@ -173,6 +149,7 @@ class TieredStore:
         first, so the head ends most recent, as :func:`kvlab.sim.replay`)."""
         if touch_order not in ("head_most_recent", "tail_most_recent"):
             raise ValueError(f"touch_order must be 'head_most_recent' or 'tail_most_recent', got {touch_order!r}")
+        keys = check_keys(keys)
         result = self.lookup(keys)
         order = range(len(keys) - 1, -1, -1) if touch_order == "head_most_recent" else range(len(keys))
         for i in order:
@@ -183,28 +160,31 @@ class TieredStore:
         """Look up ``keys`` and serve the hit prefix (promoting per the configuration),
         head first; with a ``request_id`` the served blocks are pinned where they end up
         until :meth:`release`."""
+        keys = check_keys(keys)
         result = self.lookup(keys)
+        if request_id is not None:
+            self._pins.setdefault(request_id, [])
         for i in range(result.hit_blocks):
             t = self._access(keys[i])
             if request_id is not None and t is not None:
                 self.tiers[t].pin(keys[i])
-                self._pins.setdefault(request_id, []).append((t, keys[i]))
+                self._pins[request_id].append((t, keys[i]))
         return result
 
     def put(self, keys: Sequence[int]) -> None:
         """Store computed blocks, head first, per the write policy (a block already in
         the top tier is touched)."""
-        for key in keys:
+        for key in check_keys(keys):
             self._access(key)
 
     def release(self, request_id: object) -> None:
-        """Release the pins :meth:`get` took for ``request_id``.
+        """Release the pins :meth:`get` took for ``request_id`` (possibly none).
 
         Raises:
-            ValueError: ``request_id`` holds no pins.
+            ValueError: no :meth:`get` with this ``request_id`` is outstanding.
         """
         if request_id not in self._pins:
-            raise ValueError(f"request {request_id!r} holds no pinned blocks")
+            raise ValueError(f"request {request_id!r} holds no pinned blocks (no get() with it is outstanding)")
         for t, key in reversed(self._pins.pop(request_id)):
             self.tiers[t].unpin(key, self._tick())
 
@@ -212,7 +192,7 @@ class TieredStore:
 
     def remove(self, keys: Iterable[int]) -> None:
         """Invalidate blocks in every tier (pinned copies stay until released)."""
-        keys = tuple(keys)
+        keys = check_keys(keys)
         for tier in self.tiers:
             gone = tuple(k for k in keys if k not in tier.pins and tier.remove(k))
             tier.counters.dropped_blocks += len(gone)
@@ -293,17 +273,18 @@ class TieredStore:
         """Read a resident block from tier ``t``; returns the tier it is in afterwards."""
         self.tiers[t].counters.read_blocks += 1
         self._uses[key] = self._uses.get(key, 0) + 1
-        if t == 0 or not self.promote:
+        # exclusive promotion moves the block to the first tier above that can take it
+        # (a pinned block stays put); with none, it is served in place
+        up = next((u for u in range(t) if self.tiers[u].can_accept()), None) \
+            if self.write_policy == "write_back" and key not in self.tiers[t].pins else None
+        if t == 0 or not self.promote or (self.write_policy == "write_back" and up is None):
             self.tiers[t].touch(key, self._tick())
             self._copy_down_if_selected(key)
             return t
-        if self.write_policy == "write_back":  # exclusive: move up
+        if self.write_policy == "write_back":
             self.tiers[t].remove(key)
             self.tiers[t].counters.promoted_out_blocks += 1
-            placed = self._insert(0, key, promoted_from=t)
-            if placed is None:  # it fits nowhere now (pinned tiers): it is gone
-                self._emit("removed", self.tiers[t].name, (key,))
-            return placed
+            return self._insert(up, key, promoted_from=t)
         self.tiers[t].touch(key, self._tick())
         top = t
         for u in range(t - 1, -1, -1):  # copy into every tier above

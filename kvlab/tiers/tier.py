@@ -95,7 +95,10 @@ class Tier:
         if not isinstance(name, str) or not name:
             raise ValueError(f"tier name must be a non-empty string, got {name!r}")
         self.name = name
-        self.capacity_blocks = check_capacity(capacity_blocks)
+        try:
+            self.capacity_blocks = check_capacity(capacity_blocks)
+        except ValueError as err:
+            raise ValueError(f"tier {name!r}: {err}") from None
         self.policy_name = policy
         self.evicts = policy is not None
         self._spec = get_policy("lru" if policy is None else policy)  # None: LRU bookkeeping, never asked to evict

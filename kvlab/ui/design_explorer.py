@@ -20,7 +20,7 @@ import polars as pl
 from kvlab.policies import POLICIES
 from kvlab.tiers.cost import TierHit, load_or_recompute
 from kvlab.tiers.devices import get_device
-from kvlab.tiers.models import GPU_FLOPS, MODELS, ModelSpec, get_model
+from kvlab.tiers.models import MODELS, ModelSpec, get_gpu_flops, get_model
 from kvlab.tiers.replay import TieredReplayResult, replay_tiered
 from kvlab.tiers.store import WRITE_POLICIES, TierSpec
 from kvlab.traces import Trace
@@ -48,6 +48,9 @@ class DesignExplorer:
         trace: a trace with block keys (``rechunk`` needs prefix-chained keys).
         model: a :data:`~kvlab.tiers.models.MODELS` name.
         gpu: a :data:`~kvlab.tiers.models.GPU_FLOPS` name (for the recompute estimate).
+
+    Every tier LRU runs the numba kernel (tens of ms per change on the bundled traces);
+    any other tier policy runs the reference store (seconds per change).
         debounce_s: wait this long after the last control change before recomputing
             (0: recompute at once — what the tests use).
 
@@ -69,11 +72,10 @@ class DesignExplorer:
         if not isinstance(trace, Trace):
             raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
         get_model(model)
-        if gpu not in GPU_FLOPS:
-            raise ValueError(f"unknown gpu {gpu!r}; known: {sorted(GPU_FLOPS)}")
+        gpu_flops = get_gpu_flops(gpu)
         if isinstance(debounce_s, bool) or not isinstance(debounce_s, (int, float)) or debounce_s < 0:
             raise ValueError(f"debounce_s must be a number >= 0, got {debounce_s!r}")
-        self.trace, self.gpu_flops, self.debounce_s = trace, GPU_FLOPS[gpu], float(debounce_s)
+        self.trace, self.gpu_flops, self.debounce_s = trace, gpu_flops, float(debounce_s)
         self._timer: threading.Timer | None = None
         self._rechunked: dict[int, Trace] = {1: trace}
         self.chunk = widgets.Dropdown(options=[(f"{trace.block_size * k:,} tokens", k) for k in (1, 2, 4, 8)],
@@ -139,14 +141,14 @@ class DesignExplorer:
     # ------------------------------------------------------------------ derived numbers
 
     def bytes_moved(self) -> dict[str, int]:
-        """Bytes moved over each link between adjacent tiers (down: demotions and
-        selective/write-through copies are not counted as moves; up: promotions)."""
+        """Bytes written into and read out of each tier below the top: ``"→CPU"`` counts
+        every block written there (demotions, write-through and selective copies, spills),
+        ``"CPU→"`` every block read from it (served to a request or promoted up)."""
         c = {row["tier"]: row for row in self.result.tier_counters.iter_rows(named=True)}
-        names = self.result.tier_names
         moved = {}
-        for upper, lower in zip(names, names[1:]):
-            moved[f"{upper}→{lower}"] = c[lower]["demoted_in_blocks"] * self.block_bytes
-            moved[f"{lower}→{upper}"] = c[upper]["promoted_in_blocks"] * self.block_bytes
+        for name in self.result.tier_names[1:]:
+            moved[f"→{name}"] = (c[name]["written_blocks"] - c[name]["promoted_in_blocks"]) * self.block_bytes
+            moved[f"{name}→"] = c[name]["read_blocks"] * self.block_bytes
         return moved
 
     def ttft_saved_s(self) -> float:
