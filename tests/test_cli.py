@@ -160,6 +160,9 @@ def test_replay_with_tiers_table_and_policies(capsys, tmp_path) -> None:
     (["--tier", "GPU=10", "--capacity-blocks", "5"], "drop --capacity-blocks"),
     (["--tier", "GPU=5:"], "empty POLICY after ':'"),
     (["--write-policy", "write_through"], "apply to tiers: add --tier"),
+    (["--write-policy", "write_back"], "apply to tiers: add --tier"),
+    (["--tier", "GPU=10", "--free-order", "classic"], "drop --free-order"),
+    (["--tier", "GPU=10", "--policy", "lru"], "drop --policy"),
 ])
 def test_replay_with_bad_tiers(capsys, argv, message) -> None:
     try:

@@ -3,6 +3,7 @@ counters, capacities and events must always agree with the state."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -312,3 +313,33 @@ def test_release_after_a_get_without_hits_and_bad_keys() -> None:
         TieredStore(["GPU"])
     with pytest.raises(ValueError, match="promote must be a bool"):
         TieredStore([("GPU", 1)], promote="no")
+
+
+def test_second_trial_validation() -> None:
+    store = TieredStore([("GPU", 2), TierSpec("CPU", 4, "none")])  # "none" as the CLI spells it
+    assert store.tiers[1].evicts is False
+    with pytest.raises(ValueError, match=r"tier 'CPU': capacity_blocks must be an integer >= 0 or None, got -1"):
+        store.set_capacity("CPU", -1)
+    store.put([1, 2])
+    before = store.counters()
+    with pytest.raises(ValueError, match="request_id must be hashable"):
+        store.get([1, 2], request_id=[1])
+    assert store.counters() == before  # rejected before the lookup counted anything
+    with pytest.raises(ValueError, match=r"tiers must be a list of TierSpec"):
+        TieredStore({"GPU": 1})
+    with pytest.raises(ValueError, match=r"unknown policy 'mru' for tier 'GPU'; tier policies: \[.*'lru'.*\] or None"):
+        TieredStore([("GPU", 1, "mru")])
+    assert TieredStore([("GPU", 1)], block_size_tokens=np.int64(512)).block_size_tokens == 512
+
+
+def test_replay_tiered_with_opal_walk(conversation) -> None:
+    from kvlab.tiers.replay import replay_tiered
+
+    trace = conversation.head(300)
+    opal = replay_tiered(trace, [("GPU", 50), ("CPU", 200)], write_policy="write_through", walk="opal")
+    assert opal.engine == "reference"
+    store = TieredStore([("GPU", 50), ("CPU", 200)], write_policy="write_through", walk="opal")
+    hits = [store.access_request(k).hit_blocks for k in trace.frame["block_keys"].to_list()]
+    assert opal.requests["hit_blocks"].to_list() == hits
+    with pytest.raises(ValueError, match="implements walk='per_block' only"):
+        replay_tiered(trace, [("GPU", 50)], engine="kernel", walk="opal")

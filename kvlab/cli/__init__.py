@@ -132,24 +132,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("replay", help="replay a trace through a prefix cache")
     _add_trace_arguments(rep)
-    rep.add_argument("--policy", default="lru", choices=sorted(POLICIES), help="eviction policy (default lru)")
+    rep.add_argument("--policy", default=None, choices=sorted(POLICIES), help="eviction policy (default lru)")
     rep.add_argument("--capacity-blocks", type=_capacity, default=None, metavar="N",
                      help="cache capacity in blocks, or 'unbounded' (default)")
     rep.add_argument("--warmup-fraction", type=_fraction, default=0.0, metavar="F",
                      help="fraction of leading requests excluded from the statistics (default 0)")
     rep.add_argument("--touch-order", choices=TOUCH_ORDERS, default="head_most_recent",
                      help="which end of a request is most recently used afterwards (default head_most_recent)")
-    rep.add_argument("--mode", choices=("prefix", "vllm"), default="prefix",
+    rep.add_argument("--mode", choices=("prefix", "vllm"), default=None,
                      help="prefix: every block a cache entry (default); vllm: vLLM v1's block pool one request at a "
                           "time (full blocks only, last-token rule)")
-    rep.add_argument("--free-order", choices=("classic", "current"), default="current",
+    rep.add_argument("--free-order", choices=("classic", "current"), default=None,
                      help="vLLM free-queue order in --mode vllm (default current)")
-    rep.add_argument("--window-requests", type=_positive_int, default=1000, metavar="N",
+    rep.add_argument("--window-requests", type=_positive_int, default=None, metavar="N",
                      help="window of the rolling hit ratio in the timeline (default 1000)")
     rep.add_argument("--tier", type=parse_tier, action="append", metavar="NAME=CAPACITY_BLOCKS[:POLICY]",
                      help="a storage tier, fastest first (repeat: --tier GPU=2000 --tier CPU=8000:s3fifo); "
                           "POLICY 'none' never evicts; replaces --capacity-blocks/--policy")
-    rep.add_argument("--write-policy", choices=WRITE_POLICIES, default="write_back",
+    rep.add_argument("--write-policy", choices=WRITE_POLICIES, default=None,
                      help="with --tier: where computed blocks and victims go (default write_back)")
     rep.add_argument("--no-promote", action="store_true", help="with --tier: serve lower-tier hits in place")
     rep.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -192,9 +192,14 @@ def cmd_replay_tiered(args: argparse.Namespace, trace: object) -> None:
     """``kvlab replay TRACE --tier ...``: tiered storage (:func:`kvlab.tiers.replay.replay_tiered`)."""
     from kvlab.tiers.replay import replay_tiered
 
-    if args.capacity_blocks is not None or args.policy != "lru" or args.mode != "prefix":
-        raise ValueError("--tier gives each tier its capacity and policy: drop --capacity-blocks, --policy and --mode")
-    result = replay_tiered(trace, args.tier, write_policy=args.write_policy, promote=not args.no_promote,
+    single = {"--capacity-blocks": args.capacity_blocks, "--policy": args.policy, "--mode": args.mode,
+              "--free-order": args.free_order, "--window-requests": args.window_requests}
+    given = [name for name, value in single.items() if value is not None]
+    if given:
+        raise ValueError(f"--tier gives each tier its capacity and policy: drop {', '.join(given)} "
+                         f"(options of the single-cache replay)")
+    result = replay_tiered(trace, args.tier, write_policy=args.write_policy or "write_back",
+                           promote=not args.no_promote,
                            touch_order=args.touch_order, warmup_fraction=args.warmup_fraction)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -220,15 +225,16 @@ def cmd_replay_tiered(args: argparse.Namespace, trace: object) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> None:
     """``kvlab replay TRACE ...``."""
-    if not args.tier and (args.write_policy != "write_back" or args.no_promote):
+    if not args.tier and (args.write_policy is not None or args.no_promote):
         raise ValueError("--write-policy and --no-promote apply to tiers: add --tier NAME=CAPACITY_BLOCKS[:POLICY]")
     trace = load_trace(args.trace, block_size=args.block_size)
     if args.tier:
         cmd_replay_tiered(args, trace)
         return
-    config = ReplayConfig(policy=args.policy, capacity_blocks=args.capacity_blocks, touch_order=args.touch_order,
-                          warmup_fraction=args.warmup_fraction, window_requests=args.window_requests,
-                          mode=args.mode, free_order=args.free_order)
+    config = ReplayConfig(policy=args.policy or "lru", capacity_blocks=args.capacity_blocks,
+                          touch_order=args.touch_order, warmup_fraction=args.warmup_fraction,
+                          window_requests=args.window_requests or 1000, mode=args.mode or "prefix",
+                          free_order=args.free_order or "current")
     result = replay(trace, config, progress=sys.stderr.isatty() and trace.block_refs > 5_000_000)
     if args.out is not None:
         from kvlab.viz import occupancy_chart, save_chart

@@ -101,7 +101,8 @@ class TieredReplayResult:
 
 def replay_tiered(trace: Trace, tiers: Sequence[TierSpec | tuple], *, write_policy: str = "write_back",
                   promote: bool = True, touch_order: str = "head_most_recent", selective_hits: int = 2,
-                  engine: str = "auto", warmup_fraction: float = 0.0) -> TieredReplayResult:
+                  engine: str = "auto", warmup_fraction: float = 0.0,
+                  walk: str = "per_block") -> TieredReplayResult:
     """Replay ``trace`` through tiered storage (GPU / CPU / NVMe / remote ...).
 
     Args:
@@ -117,6 +118,8 @@ def replay_tiered(trace: Trace, tiers: Sequence[TierSpec | tuple], *, write_poli
             (the kernel when it can).
         warmup_fraction: fraction in [0, 1) of the first requests excluded from the
             summary and the counters (they still fill the tiers).
+        walk: the lookup walk over the tiers (``"per_block"``, or ``"opal"``: Opal's strict
+            walk, reference engine only).
 
     Returns:
         A :class:`TieredReplayResult`.
@@ -156,10 +159,13 @@ def replay_tiered(trace: Trace, tiers: Sequence[TierSpec | tuple], *, write_poli
                          f"policy {not_lru[0].policy!r} (use engine='reference')")
     if engine == "kernel" and len(specs) > MAX_TIERS:
         raise ValueError(f"engine='kernel' takes at most {MAX_TIERS} tiers, got {len(specs)} (use engine='reference')")
-    use_kernel = engine == "kernel" or (engine == "auto" and not not_lru and len(specs) <= MAX_TIERS)
+    if engine == "kernel" and walk != "per_block":
+        raise ValueError(f"engine='kernel' implements walk='per_block' only, got walk={walk!r} (use engine='reference')")
+    use_kernel = engine == "kernel" or (engine == "auto" and not not_lru and len(specs) <= MAX_TIERS
+                                        and walk == "per_block")
     keys = None if use_kernel else trace.frame["block_keys"].to_list()
     store = TieredStore(specs, write_policy=write_policy, promote=bool(promote),
-                        selective_hits=selective_hits)  # validates the rest
+                        selective_hits=selective_hits, walk=walk)  # validates the rest
     skip = int(np.floor(w * len(trace)))
     if use_kernel:
         run = run_tiered(trace.flat, [s.capacity_blocks for s in specs], write_policy=write_policy,

@@ -24,7 +24,11 @@ write policy                   computed block goes to           a tier's evictio
                                (KVBM's disk filter: 2)
 =============================  ===============================  ===============================
 
-Under ``write_back`` a block lives in one tier at a time (exclusive caching). A tier
+Under ``write_back`` a block lives in one tier at a time (exclusive caching). The write
+policies treat a top tier that cannot take a block (capacity 0, or full and never
+evicting) differently: ``write_back`` spills the block to the next tier, the
+write-through policies write the tiers they write anyway, so under
+``write_through_selective`` such a block is cached nowhere until its copy-down. A tier
 whose policy is ``None`` never evicts: a block that does not fit is not stored there
 (under ``write_back`` it goes on to the next tier: Opal's store, O17).
 
@@ -102,7 +106,8 @@ class TieredStore:
             raise ValueError(f"selective_hits must be an integer >= 1, got {selective_hits!r}")
         if not isinstance(promote, (bool, np.bool_)):
             raise ValueError(f"promote must be a bool, got {promote!r}")
-        if isinstance(block_size_tokens, bool) or not isinstance(block_size_tokens, int) or block_size_tokens < 1:
+        if isinstance(block_size_tokens, bool) or not isinstance(block_size_tokens, (int, np.integer)) \
+                or block_size_tokens < 1:
             raise ValueError(f"block_size_tokens must be an integer >= 1, got {block_size_tokens!r}")
         self.tiers = [Tier(s.name, s.capacity_blocks, s.policy) for s in specs]
         self.write_policy, self.promote, self.selective_hits, self.walk = write_policy, bool(promote), selective_hits, walk
@@ -161,6 +166,10 @@ class TieredStore:
         head first; with a ``request_id`` the served blocks are pinned where they end up
         until :meth:`release`."""
         keys = check_keys(keys)
+        try:
+            {request_id}  # noqa: B018 - a request id keys the pin table
+        except TypeError:
+            raise ValueError(f"request_id must be hashable (a str or int), got {request_id!r}") from None
         result = self.lookup(keys)
         if request_id is not None:
             self._pins.setdefault(request_id, [])

@@ -18,6 +18,11 @@ from kvlab.policies import POLICIES, get_policy
 from kvlab.policies.base import check_capacity
 
 
+def tier_policies() -> list[str]:
+    """Registered policies a tier can run (those whose reference does not read the trace)."""
+    return sorted(n for n, s in POLICIES.items() if not s.reference_uses_trace)
+
+
 @dataclass
 class TierCounters:
     """Per-tier block counters (multiply by the block's bytes for bytes).
@@ -99,13 +104,16 @@ class Tier:
             self.capacity_blocks = check_capacity(capacity_blocks)
         except ValueError as err:
             raise ValueError(f"tier {name!r}: {err}") from None
+        if policy == "none":
+            policy = None
+        if policy is not None and policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r} for tier {name!r}; tier policies: {tier_policies()} or None")
         self.policy_name = policy
         self.evicts = policy is not None
         self._spec = get_policy("lru" if policy is None else policy)  # None: LRU bookkeeping, never asked to evict
         if self._spec.reference_uses_trace:
-            supported = sorted(n for n, s in POLICIES.items() if not s.reference_uses_trace)
             raise ValueError(f"policy {policy!r} of tier {name!r} reads the whole trace and cannot run in a tier; "
-                             f"tier policies: {supported} or None")
+                             f"tier policies: {tier_policies()} or None")
         self._policy = self._new_policy(self.capacity_blocks)
         self._held: set[int] = set()  # blocks inside the policy (evictable)
         self.pins: dict[int, int] = {}  # block -> pin count (pinned blocks are outside the policy)
@@ -232,7 +240,10 @@ class Tier:
             ValueError: a bad capacity, fewer blocks than are pinned, or fewer than are
                 resident in a tier that never evicts.
         """
-        capacity_blocks = check_capacity(capacity_blocks)
+        try:
+            capacity_blocks = check_capacity(capacity_blocks)
+        except ValueError as err:
+            raise ValueError(f"tier {self.name!r}: {err}") from None
         if capacity_blocks is not None and capacity_blocks < len(self.pins):
             raise ValueError(f"capacity_blocks={capacity_blocks} is below the {len(self.pins)} blocks pinned "
                              f"in tier {self.name!r}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,7 +48,7 @@ def tier_specs(tiers: object) -> list[TierSpec]:
         ValueError: not a list of tiers, or an item that is neither a TierSpec nor a 2- or
             3-tuple.
     """
-    if isinstance(tiers, (str, bytes, TierSpec)) or not isinstance(tiers, Iterable):
+    if isinstance(tiers, (str, bytes, TierSpec, Mapping)) or not isinstance(tiers, Iterable):
         raise ValueError(f"tiers must be a list of TierSpec or (name, capacity_blocks[, policy]) tuples, got {tiers!r}")
     specs = []
     for i, t in enumerate(tiers):

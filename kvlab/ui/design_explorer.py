@@ -142,8 +142,10 @@ class DesignExplorer:
 
     def bytes_moved(self) -> dict[str, int]:
         """Bytes written into and read out of each tier below the top: ``"→CPU"`` counts
-        every block written there (demotions, write-through and selective copies, spills),
-        ``"CPU→"`` every block read from it (served to a request or promoted up)."""
+        every block written there from above (demotions, write-through and selective
+        copies, spills; not promotions from a tier below), ``"CPU→"`` every block read from
+        it (served to a request, or promoted to any tier above). Each transfer is counted
+        once, at its destination (``→``) or at its source (``…→``)."""
         c = {row["tier"]: row for row in self.result.tier_counters.iter_rows(named=True)}
         moved = {}
         for name in self.result.tier_names[1:]:
@@ -153,7 +155,9 @@ class DesignExplorer:
 
     def ttft_saved_s(self) -> float:
         """Estimated prefill seconds saved over the measured requests: per request, the
-        blocks each tier served, loaded or recomputed, whichever is faster."""
+        lookup's hit blocks in each tier (the prefix it found; a block evicted later in the
+        same request is still counted where the lookup found it), loaded or recomputed,
+        whichever is faster (:func:`kvlab.tiers.cost.load_or_recompute`)."""
         names = self.result.tier_names
         per_tier = np.stack([self.result.requests[f"hit_blocks_{n}"].to_numpy() for n in names], axis=1)
         combos, counts = np.unique(per_tier, axis=0, return_counts=True)
