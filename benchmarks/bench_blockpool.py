@@ -14,9 +14,6 @@ No target is set by the issue; the ratios are reported. Usage:
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -31,6 +28,7 @@ from kvlab.traces import load_trace
 
 sys.path.insert(0, str(Path(__file__).parent))
 from dictlist_pool import DictListPool, replay_dictlist  # noqa: E402
+from report import machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 CAPACITY_BLOCKS = 10_000
 OPS_ROUNDS = 3_000
@@ -105,11 +103,9 @@ def main() -> None:
         },
     }
     report = {"benchmark": "bench_blockpool", "anchor": "plain dict-and-list pool (benchmarks/dictlist_pool.py)",
-              "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                          "platform": platform.platform()},
+              "machine": machine_info(),
               "results": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, report)
     e, o = results["engine_replay"], results["pool_ops"]
     print(f"engine replay   kvlab {e['kvlab_blockpool_block_refs_per_s'] / 1e6:6.3f} M refs/s  dict-and-list "
           f"{e['dictlist_block_refs_per_s'] / 1e6:6.3f} M/s  ratio {e['ratio_kvlab_vs_dictlist']:5.2f}x  "

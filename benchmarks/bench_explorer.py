@@ -13,9 +13,6 @@ Usage: ``python benchmarks/bench_explorer.py --out out/bench/bench_explorer.json
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -25,6 +22,7 @@ from kvlab.paths import bundled_trace_path
 from kvlab.tiers.replay import replay_tiered
 from kvlab.traces import load_trace
 from kvlab.ui import DesignExplorer
+from report import machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 BUDGET_S = 0.200
 REPEATS = 7
@@ -63,11 +61,9 @@ def main() -> None:
     print(f"reference store for the same replay: {reference_s:.2f} s ({reference_s / worst_median:.0f}x the slowest "
           f"control's median); budget {BUDGET_S * 1e3:.0f} ms: {met}")
     report = {"benchmark": "bench_explorer", "anchor": "the same replay through the reference TieredStore",
-              "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                          "platform": platform.platform()},
+              "machine": machine_info(),
               "budget_s": BUDGET_S, "reference_s": reference_s, "met": met, "results": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, report)
     if not all(met.values()):
         sys.exit(1)
 

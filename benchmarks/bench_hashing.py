@@ -14,20 +14,17 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
-import os
 import pickle
-import platform
 import sys
 import time
 from pathlib import Path
 
-import numba
 import numpy as np
 import xxhash
 
 from kvlab.hashing import chain_u64, vllm
 from kvlab.hashing.digests import DEFAULT_NONE_HASH_SEED, none_hash
+from report import machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 PROMPT_TOKENS = 131_072
 BLOCK_SIZE = 16
@@ -109,13 +106,11 @@ def main() -> None:
     ]
     report = {
         "benchmark": "bench_hashing", "prompt_tokens": PROMPT_TOKENS, "block_size": BLOCK_SIZE,
-        "machine": {"python": platform.python_version(), "numba": numba.__version__, "numpy": np.__version__,
-                    "cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": machine_info(),
         "met": all(r["ratio"] >= r["target"] for r in results),
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, report)
     for r in results:
         print(f"{r['pair']:<58} kvlab {r['kvlab_blocks_per_s'] / 1e6:6.2f} M blocks/s  anchor "
               f"{r['anchor_blocks_per_s'] / 1e6:6.2f} M/s  ratio {r['ratio']:5.2f} (target {r['target']})")

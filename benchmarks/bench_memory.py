@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from kvlab.traces import zipf_objects
+from report import machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 TARGET = 2.0
 CHILD = r"""
@@ -61,9 +62,8 @@ def main() -> None:
     ratio = child["rss_growth_bytes"] / input_bytes
     report = {"benchmark": "bench_memory", "refs": flat.n_refs, "input_array_bytes": input_bytes,
               "replay_peak_rss_growth_bytes": child["rss_growth_bytes"], "ratio": ratio, "target": TARGET,
-              "met": ratio <= TARGET}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+              "met": ratio <= TARGET, "machine": machine_info()}
+    write_report(args.out, report)
     print(f"10M-reference LRU replay: peak RSS grew {child['rss_growth_bytes'] / 2**20:.0f} MiB for "
           f"{input_bytes / 2**20:.0f} MiB of input arrays: {ratio:.2f}x (target <= {TARGET}x) -> {args.out}")
     if not report["met"]:

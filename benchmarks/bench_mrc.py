@@ -25,15 +25,11 @@ needs the ``bench`` extra: libcachesim).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numba
 import numpy as np
 import polars as pl
 from polars.testing import assert_frame_equal
@@ -45,6 +41,7 @@ from kvlab.traces import Trace, load_trace
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lcs_anchor import libcachesim, replay_lcs, write_oracle_general  # noqa: E402  (exits if libcachesim is missing)
+from report import machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 TARGET_RATIO_VS_LIBCACHESIM = 20.0
 N_CAPACITIES = 100
@@ -131,17 +128,14 @@ def main() -> None:
         "benchmark": "bench_mrc",
         "anchor": "100 libCacheSim LRU runs (PyPI libcachesim, oracleGeneral block stream, process_trace only); "
                   "second anchor: 100 kvlab replays (kvlab.sim.sweep)",
-        "machine": {"python": platform.python_version(), "numba": numba.__version__, "numpy": np.__version__,
-                    "polars": pl.__version__, "libcachesim": getattr(libcachesim, "__version__", "?"),
-                    "cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": {**machine_info(), "libcachesim": getattr(libcachesim, "__version__", "?")},
         "targets": {"ratio_mrc_vs_libcachesim": TARGET_RATIO_VS_LIBCACHESIM},
         "met": {"ratio": all(r["ratio_mrc_vs_libcachesim"] >= TARGET_RATIO_VS_LIBCACHESIM for r in results),
                 "mrc_equals_replays": all(r["mrc_equals_kvlab_replays"] for r in results),
                 "libcachesim_agrees": all(r["libcachesim_vs_kvlab_independent_max_gap"] <= 1e-9 for r in results)},
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, report)
     for r in results:
         print(f"{r['workload']:<24} {r['block_refs']:>9,} refs x {r['capacities']} capacities: "
               f"mrc {r['mrc_s'] * 1e3:7.1f} ms | 100 libCacheSim runs {r['libcachesim_runs_s']:6.2f} s "

@@ -15,9 +15,6 @@ Usage: ``python benchmarks/bench_policies.py --out out/bench/bench_policies.json
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -30,6 +27,7 @@ from kvlab.traces import Trace, load_trace, zipf_objects
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lcs_anchor import replay_lcs, write_oracle_general  # noqa: E402
+from report import machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 POLICIES = ("lru", "fifo", "s3fifo", "sieve")
 TARGETS = {"lru": 5.0, "s3fifo": 1.5}
@@ -89,11 +87,9 @@ def main() -> None:
     met = {f"{p}_ratio_zipf": zipf[p]["ratio"] >= t for p, t in TARGETS.items()}
     met["exact_policies_agree"] = all(abs(r["hit_ratio_gap"]) < 1e-9 for r in results if r["definitions_match"])
     report = {"benchmark": "bench_policies", "anchor": "libCacheSim (PyPI libcachesim, default settings)",
-              "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                          "platform": platform.platform()},
+              "machine": machine_info(),
               "targets": TARGETS, "met": met, "results": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, report)
     print(f"targets met: {met}  -> {args.out}")
     if not all(met.values()):
         sys.exit(1)

@@ -12,21 +12,17 @@ Usage: ``python benchmarks/bench_replay.py --out out/bench/bench_replay.json`` (
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-import numba
 import numpy as np
-import polars as pl
 
 from kvlab.paths import bundled_trace_path
 from kvlab.sim import ReplayConfig, replay, replay_reference
 from kvlab.sim.replay import run_kernel
 from kvlab.traces import ChatWorkload, Trace, chat_sessions, load_trace
+from report import machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 TARGET_RATIO = 50.0
 TARGET_REFS_PER_S = 50e6
@@ -84,8 +80,7 @@ def main() -> None:
     report = {
         "benchmark": "bench_replay",
         "anchor": "plain-Python OrderedDict LRU reference (kvlab.sim.replay_reference)",
-        "machine": {"python": platform.python_version(), "numba": numba.__version__, "numpy": np.__version__,
-                    "polars": pl.__version__, "cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": machine_info(),
         "targets": {"ratio_kernel_vs_reference": TARGET_RATIO, "kernel_block_refs_per_s_10M": TARGET_REFS_PER_S},
         "met": {
             "ratio": all(r["ratio_kernel_vs_reference"] >= TARGET_RATIO for r in results),
@@ -94,8 +89,7 @@ def main() -> None:
         },
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, report)
     for r in results:
         print(f"{r['workload']:<24} {r['block_refs']:>11,} refs  kernel {r['kernel_block_refs_per_s'] / 1e6:7.1f} M/s"
               f"  replay {r['replay_block_refs_per_s'] / 1e6:6.1f} M/s  reference "

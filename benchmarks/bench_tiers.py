@@ -22,21 +22,17 @@ Usage: ``python benchmarks/bench_tiers.py --out out/bench/bench_tiers.json``
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-import numba
 import numpy as np
-import polars as pl
 
 from kvlab.sim import ReplayConfig
 from kvlab.sim.replay import run_kernel
 from kvlab.tiers.replay import replay_tiered, run_tiered
 from kvlab.traces import Trace, load_trace, zipf_objects
+from report import machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 TARGET_REFS_PER_S = 30e6
 NAMES = ("GPU", "CPU", "NVMe")
@@ -118,15 +114,13 @@ def main() -> None:
     report = {
         "benchmark": "bench_tiers",
         "anchor": "plain-Python reference store (kvlab.tiers.store.TieredStore, replay_tiered engine='reference')",
-        "machine": {"python": platform.python_version(), "numba": numba.__version__, "numpy": np.__version__,
-                    "polars": pl.__version__, "cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": machine_info(),
         "targets": {"kernel_block_refs_per_s_zipf_10M_three_lru_tiers": TARGET_REFS_PER_S},
         "met": {f"throughput_zipf_{r['write_policy']}": r["block_refs"] >= 10_000_000
                 and r["kernel_block_refs_per_s"] >= TARGET_REFS_PER_S for r in zipf},
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(args.out, report)
     for r in results:
         print(f"{r['workload']:<22} {r['write_policy']:<14} {r['block_refs']:>11,} refs  kernel "
               f"{r['kernel_block_refs_per_s'] / 1e6:6.1f} M/s  replay {r['replay_block_refs_per_s'] / 1e6:6.1f} M/s  "

@@ -27,7 +27,7 @@ A policy is two things that must agree exactly:
                                                                               ids to ``evicted``
                                                                               in order; returns
                                                                               their number
-  ``used``      ``(state) -> int``                                            resident blocks
+  ``used``      ``(state) -> int`` (default: ``counters[0]``)                 resident blocks
   ============  ===========================================================  ====================
 
 The replay driver (:mod:`kvlab.sim.kernel`) calls :func:`kernel_contains`,
@@ -162,13 +162,18 @@ def kernel_used(state: NamedTuple) -> int:
     return _PYTHON_HOOKS[type(state)][2](state)
 
 
+def counters_used(state):  # noqa: ANN001, ANN201 - numba hook
+    """The default ``used`` hook: a state whose ``counters[0]`` is its resident blocks."""
+    return state.counters[0]
+
+
 def register_kernel(state_class: type, *, contains: Callable[..., bool], access: Callable[..., int],
-                    used: Callable[..., int]) -> None:
+                    used: Callable[..., int] = counters_used) -> None:
     """Register a policy's kernel hooks for its state ``NamedTuple`` class.
 
     The hooks must be numba-compilable plain functions with exactly the parameter
     names ``(state, block_id)``, ``(state, block_ids, start, stop, reverse, evicted)``
-    and ``(state)``. They
+    and ``(state)`` (``used`` defaults to :func:`counters_used`). They
     are compiled into the replay driver when it sees a state of this class; without
     JIT (``NUMBA_DISABLE_JIT=1``) they run as Python.
 

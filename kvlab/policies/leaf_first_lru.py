@@ -250,11 +250,7 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
     return n_evicted
 
 
-def used(state):  # noqa: ANN001 - numba hook
-    return state.counters[0]
-
-
-register_kernel(LeafFirstLRUState, contains=contains, access=access, used=used)
+register_kernel(LeafFirstLRUState, contains=contains, access=access)
 
 SPEC = PolicySpec(
     name="leaf_first_lru",

@@ -1,0 +1,24 @@
+"""What every benchmark's JSON report shares: the machine it ran on, and writing it."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+import numba
+import numpy as np
+import polars as pl
+
+
+def machine_info() -> dict[str, object]:
+    """Python, numba, numpy and polars versions, CPU count and platform of this run."""
+    return {"python": platform.python_version(), "numba": numba.__version__, "numpy": np.__version__,
+            "polars": pl.__version__, "cpus": os.cpu_count(), "platform": platform.platform()}
+
+
+def write_report(out: Path, report: dict[str, object]) -> None:
+    """Write ``report`` as indented JSON to ``out`` (its folder created)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
