@@ -201,3 +201,12 @@ def test_bad_input_raises(case: str, call, message: str | None) -> None:  # noqa
         return
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("block_size", [2, 4, 16])
+def test_partial_tail_block_gets_no_local_hash_t_d8(block_size: int) -> None:
+    """index_blend.md T-D8: k, k + 1 and 2k + 1 tokens give 1, 1 and 2 local hashes (rule D1)."""
+    hasher = DynamoHasher(block_size=block_size)
+    counts = [len(hasher.local_block_hashes(list(range(1, n + 1)))) for n in (block_size, block_size + 1,
+                                                                            2 * block_size + 1)]
+    assert counts == [1, 1, 2]
