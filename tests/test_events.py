@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from kvlab.events import (
     END_SEQ,
+    VLLM_FIELDS,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -225,7 +226,8 @@ def test_missing_rank_is_written_as_nil_and_a_2_element_payload_still_decodes() 
 
 def test_fields_and_defaults_follow_the_spec() -> None:
     for cls, names in ((BlockStored, STORED_FIELDS), (BlockRemoved, REMOVED_FIELDS), (AllBlocksCleared, [])):
-        declared = fields(cls)
+        assert VLLM_FIELDS[cls] == tuple(names)
+        declared = [f for f in fields(cls) if f.name in VLLM_FIELDS[cls]]
         assert [f.name for f in declared] == names
         assert [f.name for f in declared if f.default is MISSING] == REQUIRED[cls.__name__]
         assert all(f.default is None for f in declared if f.default is not MISSING)
@@ -664,3 +666,73 @@ def test_frames_may_be_any_bytes_like() -> None:
 def test_zmq_frames_decode() -> None:
     zmq = pytest.importorskip("zmq")
     assert decode_frames([zmq.Frame(f) for f in GOOD]) == decode_frames(GOOD)
+
+
+# ---- kvlab extension: AllBlocksCleared.medium (a reset scoped to one tier) -------------------
+
+CLEARED_TAG = "a4" + b"type".hex() + "b0" + b"AllBlocksCleared".hex()
+CLEARED_CPU_BYTES = [
+    ("map", "93" + TS_1 + "91" + "82" + CLEARED_TAG      # fixmap 2: vLLM's 1 (the tag) + the extension key
+     + "a6" + b"medium".hex() + "a3" + b"CPU".hex() + "00"),
+    ("array", "93" + TS_1 + "91" + "92" + "b0" + b"AllBlocksCleared".hex()  # tag, then one extension slot
+     + "a3" + b"CPU".hex() + "00"),
+]
+
+
+@pytest.mark.parametrize(("layout", "payload_hex"), CLEARED_CPU_BYTES, ids=["map", "array"])
+def test_scoped_clear_adds_only_the_medium(layout: str, payload_hex: str) -> None:
+    frames = encode_frames(EventBatch(1.0, [AllBlocksCleared("CPU")], 0), layout=layout)
+    assert frames[2].hex() == payload_hex
+    assert decode_frames(frames) == DecodedBatch("", 0, EventBatch(1.0, [AllBlocksCleared(medium="CPU")], 0),
+                                                 layout)
+    # A decoder that knows only vLLM's fields sees vLLM's AllBlocksCleared plus one extra key / trailing slot.
+    expected = {"type": "AllBlocksCleared", "medium": "CPU"} if layout == "map" else ["AllBlocksCleared", "CPU"]
+    assert msgpack.unpackb(frames[2])[1][0] == expected
+
+
+def test_unscoped_clear_keeps_vllm_bytes_and_repr() -> None:
+    for layout, body in (("map", "81" + CLEARED_TAG), ("array", "91" + "b0" + b"AllBlocksCleared".hex())):
+        frames = encode_frames(EventBatch(1.0, [AllBlocksCleared(None)], 0), layout=layout)
+        assert frames[2].hex() == "93" + TS_1 + "91" + body + "00"
+    assert repr(AllBlocksCleared()) == "AllBlocksCleared()"
+    assert repr(AllBlocksCleared("GPU")) == "AllBlocksCleared(medium='GPU')"
+    assert [f.name for f in fields(AllBlocksCleared)] == ["medium"] and VLLM_FIELDS[AllBlocksCleared] == ()
+
+
+def test_scoped_clear_decodes_without_unknown_fields() -> None:
+    decoded = decode_frames(frames_with_payload([1.0, [{"type": "AllBlocksCleared", "medium": "DISK"},
+                                                       ["AllBlocksCleared", None], ["AllBlocksCleared", "GPU", 7]], 0]))
+    assert decoded.batch.events == (AllBlocksCleared("DISK"), AllBlocksCleared(), AllBlocksCleared("GPU"))
+    assert decoded.unknown_fields == ((2, "[2]"),)  # only the slot after the extension is unknown
+    assert decoded.layout == "mixed"
+
+
+@pytest.mark.parametrize("raw", [{"type": "AllBlocksCleared", "medium": 5}, ["AllBlocksCleared", 5]],
+                         ids=["map", "array"])
+def test_scoped_clear_with_a_non_string_medium_is_named(raw: object) -> None:
+    with pytest.raises(EventDecodeError) as info:
+        decode_frames(frames_with_payload([1.0, [raw], 0]))
+    assert str(info.value) == "event 0: AllBlocksCleared: medium must be None or a string, got int 5"
+    with pytest.raises(ValueError, match="medium must be None or a string, got bytes b'GPU'"):
+        AllBlocksCleared(b"GPU")  # type: ignore[arg-type]
+
+
+SCOPED_BATCHES = st.builds(EventBatch, st.floats(0, 4e9),
+                           st.lists(EVENTS | st.builds(AllBlocksCleared, OPT_STR), max_size=5), st.just(0))
+
+
+@given(batch=SCOPED_BATCHES, layout=st.sampled_from(["map", "array"]))
+def test_scoped_clears_round_trip_and_unscoped_bytes_match_vllm(batch: EventBatch, layout: str) -> None:
+    frames = encode_frames(batch, layout=layout)
+    assert decode_frames(frames).batch == batch
+    # Dropping every medium of the clears gives exactly the bytes of vLLM's field-less events.
+    plain = EventBatch(batch.ts, [AllBlocksCleared() if isinstance(e, AllBlocksCleared) else e for e in batch.events],
+                       0)
+    vllm_view = msgpack.unpackb(frames[2])
+    for raw, event in zip(vllm_view[1], batch.events, strict=True):
+        if isinstance(event, AllBlocksCleared) and event.medium is not None:
+            if isinstance(raw, dict):
+                del raw["medium"]
+            else:
+                raw.pop()
+    assert msgpack.packb(vllm_view) == msgpack.packb(msgpack.unpackb(encode_frames(plain, layout=layout)[2]))

@@ -15,7 +15,7 @@ name                       what
 =========================  ==========================================================
 :class:`BlockStored`       blocks cached in a tier (hashes, parent, tokens, medium …)
 :class:`BlockRemoved`      blocks evicted from a tier
-:class:`AllBlocksCleared`  the whole prefix cache was reset
+:class:`AllBlocksCleared`  the whole prefix cache was reset (one tier: kvlab's ``medium``)
 :class:`EventBatch`        one message's events: ``ts``, ``events``, DP rank
 :func:`encode_frames`      batch → ``[topic, seq, msgpack]`` ZMQ frames, as msgspec writes them
 :func:`decode_frames`      ZMQ frames → :class:`DecodedBatch` (map or legacy array events)
@@ -28,6 +28,7 @@ name                       what
 from kvlab.events.errors import EventDecodeError
 from kvlab.events.types import (
     EVENT_TYPES,
+    VLLM_FIELDS,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -49,6 +50,7 @@ __all__ = [
     "END_SEQ",
     "EVENT_TYPES",
     "LAYOUTS",
+    "VLLM_FIELDS",
     "AllBlocksCleared",
     "BlockRemoved",
     "BlockStored",

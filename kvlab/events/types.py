@@ -5,7 +5,9 @@ Models vLLM 0.33's ``vllm/distributed/kv_events.py`` (docs/specs/hashing.md §1.
 SGLang publishes the same shapes (§5). Field names, declaration order and defaults are
 vLLM's: the wire codec (:mod:`kvlab.events.wire`) derives the map keys, the array
 layout's positions and msgspec's ``omit_defaults`` rule (maps only) from them, so a
-field without a default here is one vLLM always sends.
+field without a default here is one vLLM always sends. :data:`VLLM_FIELDS` lists vLLM
+0.33's fields per class; the one kvlab extension, ``AllBlocksCleared.medium`` (a reset
+scoped to one tier), is not among them and is written only when set.
 
 Block hashes are kept exactly as published (``ExternalBlockHash = bytes | int``): a u64
 when ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`` (the default), the raw 32- or 16-byte
@@ -285,23 +287,53 @@ class BlockRemoved:
         return _keys_u64(self.block_hashes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class AllBlocksCleared:
-    """Every block of the engine's prefix cache was dropped (prefix-cache reset).
+    """Every block of the engine's prefix cache was dropped (prefix-cache reset), or, with
+    :attr:`medium`, every block of one tier.
 
     Models vLLM 0.33 ``AllBlocksCleared`` (no fields; docs/specs/hashing.md §1.7) and
-    SGLang's (§5). It names no tier: vLLM clears the whole cache.
+    SGLang's (§5): both clear the whole cache and name no tier. ``medium`` is a kvlab
+    extension (not in :data:`VLLM_FIELDS`) so a reset scoped to one tier can be expressed
+    (issue 7; llm-d logs and ignores a tier on this event and clears the pod, index_blend.md
+    L19). The wire codec writes it only when it is not ``None``, so
+    ``AllBlocksCleared()`` stays byte-exact against vLLM (:mod:`kvlab.events.wire`).
+
+    Attributes:
+        medium: the tier that was reset (see :class:`BlockStored`), or ``None``: every
+            tier, as vLLM means it.
+
+    Raises:
+        ValueError: a ``medium`` that is neither ``None`` nor a string.
 
     Example:
-        >>> AllBlocksCleared() == AllBlocksCleared()
-        True
+        >>> AllBlocksCleared() == AllBlocksCleared(), AllBlocksCleared("CPU") == AllBlocksCleared()
+        (True, False)
     """
+
+    medium: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_opt_str("medium", self.medium)
+
+    def __repr__(self) -> str:
+        """``AllBlocksCleared()`` as vLLM's, the extension shown only when set."""
+        return "AllBlocksCleared()" if self.medium is None else f"AllBlocksCleared(medium={self.medium!r})"
 
 
 #: Any KV event.
 KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
 #: The event classes; a class's ``__name__`` is its wire tag (msgspec ``tag=True``).
 EVENT_TYPES: tuple[type, ...] = (BlockStored, BlockRemoved, AllBlocksCleared)
+#: Each event type's fields in vLLM 0.33's schema, in declaration order (docs/specs/hashing.md
+#: §1.7); declared fields not listed here are kvlab extensions, written only when not ``None``.
+VLLM_FIELDS: dict[type, tuple[str, ...]] = {
+    BlockStored: ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name",
+                  "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window", "locality",
+                  "ownership", "session_id", "lookahead_token_ids"),
+    BlockRemoved: ("block_hashes", "medium", "group_idx", "locality", "ownership"),
+    AllBlocksCleared: (),
+}
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ in the legacy positional layout, ``["BlockStored", block_hashes, ...]``.
 
 *Maps* follow msgspec's ``omit_defaults``: a field with a default is left out when it
 equals the default; fields without one are always written, null included. A map's
-header is sized by the struct's *declared* field count plus the tag, as msgspec does
-(BlockStored's 16 give a ``map16`` header even with 9 entries; BlockRemoved and
-AllBlocksCleared get a ``fixmap``).
+header is sized by vLLM 0.33's *declared* field count (:data:`~kvlab.events.types.VLLM_FIELDS`)
+plus the tag, as msgspec does (BlockStored's 16 give a ``map16`` header even with 9
+entries; BlockRemoved and AllBlocksCleared get a ``fixmap``).
 
 *Arrays* ignore ``omit_defaults``: msgspec writes every declared field of an
 ``array_like`` struct, in order, defaults included (msgspec issue #720). So the payload
@@ -25,13 +25,23 @@ releases that really sent array events (before PR #42892) declared fewer fields 
 the field history in §1.7), so the array layout is byte-exact against a msgspec
 ``array_like`` struct with the 0.33 field list, not against any particular old release.
 
+*kvlab extension fields* (declared on the dataclass but not in vLLM 0.33's schema; today
+only ``AllBlocksCleared.medium``, a reset scoped to one tier) are written only when not
+``None``: as one more map key after vLLM's (``{"type": "AllBlocksCleared", "medium":
+"CPU"}``, header ``82``), or as array slots after every vLLM slot, up to the last one set
+(``["AllBlocksCleared", "CPU"]``). With every extension field ``None`` the bytes are
+vLLM's. msgspec ignores unknown map keys and, without ``forbid_unknown_fields``, extra
+trailing array elements, so vLLM-side decoders read such an event as a whole-cache clear.
+
 Decoding accepts what those producers send: array events of any length from the
 required fields up (older releases had fewer fields), and a 2-element payload without
 the rank (some producers send it). It is strict about what vLLM's own decoder rejects
 (missing required fields, wrong types, unknown event types, non-string map keys) and
-lenient, but not silent, about additions: map keys and array positions the 0.33 schema
-does not declare are ignored, as msgspec ignores them, and listed in
-:attr:`DecodedBatch.unknown_fields`.
+lenient, but not silent, about additions: map keys and array positions that neither the
+0.33 schema nor a kvlab extension declares are ignored, as msgspec ignores them, and
+listed in :attr:`DecodedBatch.unknown_fields`. An array position right after an event's
+vLLM slots is read as its extension field (a string or nil for ``AllBlocksCleared``): the
+array layout predates PR #42892, so no later vLLM field will land there.
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ from itertools import islice
 import msgpack
 
 from kvlab.events.errors import EventDecodeError
-from kvlab.events.types import EVENT_TYPES, EventBatch, KVEvent
+from kvlab.events.types import EVENT_TYPES, VLLM_FIELDS, EventBatch, KVEvent
 
 #: The seq frame of the replay socket's end-of-replay message (``ZmqEventPublisher.END_SEQ``).
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
@@ -66,7 +76,8 @@ class DecodedBatch:
         layout: ``"map"`` or ``"array"`` when every event used that layout (an empty
             batch counts as ``"map"``), ``"mixed"`` otherwise.
         unknown_fields: ``(event index, key)`` for every map key, or ``"[position]"`` of
-            an array, that vLLM 0.33's schema does not declare; they were ignored.
+            an array, that neither vLLM 0.33's schema nor a kvlab extension field
+            declares; they were ignored.
 
     Example:
         >>> from kvlab.events.types import AllBlocksCleared
@@ -125,8 +136,15 @@ def encode_frames(batch: EventBatch, *, topic: str = "", seq: int = 0, layout: s
     return [topic_bytes, seq.to_bytes(8, "big"), _encode_payload(batch, layout)]
 
 
-def _declared(cls: type) -> tuple[Field, ...]:
-    return fields(cls)  # type: ignore[arg-type]
+def _split_fields(cls: type) -> tuple[tuple[Field, ...], tuple[Field, ...]]:
+    """``cls``'s declared fields in vLLM 0.33's schema, then its kvlab extension fields."""
+    declared = fields(cls)  # type: ignore[arg-type]
+    vllm = tuple(f for f in declared if f.name in VLLM_FIELDS[cls])
+    return vllm, tuple(f for f in declared if f.name not in VLLM_FIELDS[cls])
+
+
+#: Per event class: (vLLM 0.33's fields, kvlab extension fields), each in declaration order.
+_WIRE_FIELDS = {cls: _split_fields(cls) for cls in EVENT_TYPES}
 
 
 def _omitted(field: Field, value: object) -> bool:
@@ -145,11 +163,12 @@ def _encode_payload(batch: EventBatch, layout: str) -> bytes:
 
 
 def _encode_map_event(packer: msgpack.Packer, event: KVEvent) -> bytes:
-    declared = _declared(type(event))
+    vllm, extensions = _WIRE_FIELDS[type(event)]
     entries = [(_TAG, type(event).__name__)]
-    entries += [(f.name, getattr(event, f.name)) for f in declared if not _omitted(f, getattr(event, f.name))]
-    # msgspec reserves the header for every declared field + the tag, then patches the count.
-    if len(declared) + 1 < 16:
+    # Extension fields default to None, so omit_defaults writes them only when set.
+    entries += [(f.name, getattr(event, f.name)) for f in vllm + extensions if not _omitted(f, getattr(event, f.name))]
+    # msgspec reserves the header for every vLLM-declared field + the tag, then patches the count.
+    if max(len(vllm) + 1, len(entries)) < 16:
         header = bytes([0x80 | len(entries)])
     else:
         header = b"\xde" + len(entries).to_bytes(2, "big")
@@ -157,8 +176,13 @@ def _encode_map_event(packer: msgpack.Packer, event: KVEvent) -> bytes:
 
 
 def _encode_array_event(packer: msgpack.Packer, event: KVEvent) -> bytes:
-    # msgspec array_like: the tag, then every declared field in order, defaults included (#720).
-    return packer.pack([type(event).__name__, *(getattr(event, f.name) for f in _declared(type(event)))])
+    # msgspec array_like: the tag, then every vLLM field in order, defaults included (#720);
+    # then the extension slots up to the last one that is set.
+    vllm, extensions = _WIRE_FIELDS[type(event)]
+    tail = [getattr(event, f.name) for f in extensions]
+    while tail and tail[-1] is None:
+        tail.pop()
+    return packer.pack([type(event).__name__, *(getattr(event, f.name) for f in vllm), *tail])
 
 
 def is_end_of_replay(frames: object) -> bool:
@@ -355,6 +379,12 @@ def _decode_batch(obj: object) -> tuple[EventBatch, str, tuple[tuple[int, str], 
     return batch, layout, tuple(unknown)
 
 
+def _all_fields(cls: type) -> tuple[Field, ...]:
+    """vLLM's fields then the extension fields: the map keys and array positions decoded."""
+    vllm, extensions = _WIRE_FIELDS[cls]
+    return vllm + extensions
+
+
 def _event_class(index: int, tag: object) -> type:
     if not isinstance(tag, str):
         raise EventDecodeError(f"event type tag must be a string, got {_describe(tag)}", event=index)
@@ -371,7 +401,7 @@ def _decode_event(index: int, raw: object) -> tuple[KVEvent, str, list[str]]:
         if _TAG not in raw:
             raise EventDecodeError(f"map event has no {_TAG!r} tag (keys: {sorted(raw)})", event=index)
         cls = _event_class(index, raw[_TAG])
-        names = [f.name for f in _declared(cls)]
+        names = [f.name for f in _all_fields(cls)]
         values = {key: value for key, value in raw.items() if key in names}
         extra = [key for key in raw if key != _TAG and key not in names]
         layout = "map"
@@ -379,13 +409,13 @@ def _decode_event(index: int, raw: object) -> tuple[KVEvent, str, list[str]]:
         if not raw:
             raise EventDecodeError("array event is empty (no type tag)", event=index)
         cls = _event_class(index, raw[0])
-        names = [f.name for f in _declared(cls)]
+        names = [f.name for f in _all_fields(cls)]
         values = dict(zip(names, raw[1:], strict=False))
         extra = [f"[{position}]" for position in range(len(names) + 1, len(raw))]
         layout = "array"
     else:
         raise EventDecodeError(f"an event must be a map or an array, got {_describe(raw)}", event=index)
-    missing = [f.name for f in _declared(cls) if f.default is MISSING and f.name not in values]
+    missing = [f.name for f in _all_fields(cls) if f.default is MISSING and f.name not in values]
     if missing:
         plural = "s" if len(missing) > 1 else ""
         raise EventDecodeError(f"{cls.__name__} {layout} event is missing required field{plural} "
