@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from kvlab.paths import bundled_trace_path
 from kvlab.traces import Trace, load_trace
 
+pytest_plugins = ["redis_server"]  # redis_server, redis_index_factory (tests/redis_server.py)
+
 # CI runs derandomized (same examples every run); locally `HYPOTHESIS_PROFILE=dev` explores.
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=150,
                           suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,356 @@
+"""The Redis backend of :class:`~kvlab.index.Index`: llm-d's key layout on a real Redis server.
+
+Models llm-d ``pkg/kvcache/kvblock/redis.go`` (docs/specs/index_blend.md rule L13) through
+the ``redis`` client:
+
+* request key ``r`` → a HASH named ``<namespace><decimal r>``; one field per
+  :class:`~kvlab.index.PodEntry`, named by :meth:`PodEntry.to_json` (Go's ``json.Marshal``
+  of llm-d's ``PodEntry``), value ``""``;
+* engine key ``e`` → a SORTED SET named ``<namespace>engine:<decimal e>``; members are the
+  decimal request keys, score = the position of the rule-L5 mapping loop. Re-adding an
+  engine key unions its members (Part E choice 3);
+* emptiness is pruned atomically by two Lua scripts: a request-key hash is deleted when
+  ``HLEN == 0``; an engine set only when every request-key hash it lists is empty (rule L7).
+
+Lookup is one pipelined ``HKEYS`` per key (undecodable fields skipped); add and evict are
+one ``MULTI``/``EXEC`` pipeline each; clear scans ``<namespace>*`` in batches of 1024 keys.
+:class:`LocalRedisServer` starts a throw-away ``redis-server`` on a free loopback port for
+notebooks, tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import weakref
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import redis
+
+from kvlab.index.base import Index, entry_sort_key
+from kvlab.index.types import ENGINE_KEY, KNOWN_TIERS, PodEntry
+
+#: The address llm-d's Redis backend uses when none is configured (rule L13).
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379"
+#: Keys asked per ``SCAN`` call by :meth:`RedisIndex.clear` (llm-d's batch).
+SCAN_BATCH_KEYS = 1024
+_SCHEMES = {"redis": "redis", "rediss": "rediss", "unix": "unix", "valkey": "redis", "valkeys": "rediss"}
+_DECODED_CACHE_SIZE = 4096
+
+# KEYS = request-key hashes: delete each one left without fields.
+_PRUNE_REQUEST_KEYS_LUA = """
+local pruned = 0
+for _, key in ipairs(KEYS) do
+  if redis.call('HLEN', key) == 0 then pruned = pruned + redis.call('DEL', key) end
+end
+return pruned
+"""
+# KEYS[1] = an engine sorted set, KEYS[2..] = its request-key hashes: delete the set only if all are empty.
+_PRUNE_ENGINE_KEY_LUA = """
+for i = 2, #KEYS do
+  if redis.call('HLEN', KEYS[i]) > 0 then return 0 end
+end
+return redis.call('DEL', KEYS[1])
+"""
+
+
+def redis_url(address: str) -> str:
+    """A Redis address as a ``redis``-client URL, as llm-d normalises it (rule L13).
+
+    A plain ``host:port`` gets ``redis://``; ``valkey://`` becomes ``redis://`` and
+    ``valkeys://`` becomes ``rediss://`` (Valkey speaks the Redis protocol); ``redis://``,
+    ``rediss://`` and ``unix://`` URLs pass unchanged.
+
+    Raises:
+        ValueError: ``address`` is not a non-empty string, has another scheme, or no host.
+
+    Example:
+        >>> redis_url("10.0.0.5:6379"), redis_url("valkeys://cache:6380/0")
+        ('redis://10.0.0.5:6379', 'rediss://cache:6380/0')
+    """
+    if not isinstance(address, str) or not address.strip():
+        raise ValueError(f"url must be a non-empty Redis address string, got {address!r}")
+    address = address.strip()
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "redis", address
+    if scheme.lower() not in _SCHEMES:
+        raise ValueError(f"url {address!r} has scheme {scheme!r}; expected host:port or one of "
+                         f"{sorted(s + '://' for s in _SCHEMES)}")
+    if not rest or (rest.startswith("/") and scheme.lower() != "unix"):
+        raise ValueError(f"url {address!r} names no host")
+    return f"{_SCHEMES[scheme.lower()]}://{rest}"
+
+
+class RedisIndex(Index):
+    """A cluster-global KV block index kept in Redis with llm-d's layout (rule L13).
+
+    Several indexes share one Redis server on distinct ``namespace`` prefixes. The
+    contract (validation, lookup stop rule, speculative TTLs on a logical clock) is
+    :class:`~kvlab.index.Index`'s; speculative expiry times live in this process.
+
+    Args:
+        url: a Redis address (see :func:`redis_url`; default ``redis://127.0.0.1:6379``)
+            or a connected ``redis.Redis`` client (not closed by :meth:`close`).
+        namespace: a prefix for every key this index writes, e.g. ``"kvlab:"``; it must
+            not end with a digit (``"a1"`` + ``"23"`` would read as ``"a"`` + ``"123"``).
+        tiers: the tier names entries may carry (default ``KNOWN_TIERS``).
+
+    Attributes:
+        client: the ``redis.Redis`` client (bytes responses), for raw inspection.
+        url: the normalised URL, or the client's description when one was given.
+        namespace: the key prefix.
+
+    Raises:
+        ValueError: a bad ``url`` (see :func:`redis_url`), ``namespace`` or ``tiers``.
+        ConnectionError: no Redis server answers at ``url`` (the message names it).
+
+    Example (a throw-away server; ``redis-server`` must be installed):
+        >>> with LocalRedisServer() as server, RedisIndex(server.url, namespace="doc:") as index:
+        ...     index.add([100], [1000, 2000], [PodEntry("pod-a")])
+        ...     print(sorted(index.client.keys("doc:*")), index.client.zrange("doc:engine:100", 0, -1, withscores=True))
+        ...     print(index.lookup([1000, 2000, 3000])[2000], index.get_request_key(100))
+        [b'doc:1000', b'doc:2000', b'doc:engine:100'] [(b'1000', 0.0), (b'2000', 1.0)]
+        (PodEntry(pod='pod-a', tier='gpu', speculative=False, group=None),) 2000
+    """
+
+    def __init__(self, url: str | redis.Redis = DEFAULT_REDIS_URL, *, namespace: str = "",
+                 tiers: Iterable[str] = KNOWN_TIERS) -> None:
+        super().__init__(tiers=tiers)
+        if not isinstance(namespace, str) or namespace[-1:].isdigit():
+            raise ValueError(f"namespace must be a string not ending with a digit, got {namespace!r}")
+        if isinstance(url, redis.Redis):
+            self.client, self.url, self._owns_client = url, repr(url), False
+        else:
+            self.url = redis_url(url)
+            self.client = redis.Redis.from_url(self.url, socket_connect_timeout=5.0)
+            self._owns_client = True
+        try:
+            self.client.ping()
+        except redis.exceptions.ConnectionError as err:
+            self.close()
+            raise ConnectionError(f"cannot reach a Redis server at {self.url} ({err}); start one (e.g. "
+                                  "`redis-server --port 6379`, or kvlab.index.LocalRedisServer()) or pass "
+                                  "another url") from None
+        self.namespace = namespace
+        self._prefix = namespace.encode()
+        self._engine_prefix = (namespace + "engine:").encode()
+        self._prune_request_keys = self.client.register_script(_PRUNE_REQUEST_KEYS_LUA)
+        self._prune_engine_key = self.client.register_script(_PRUNE_ENGINE_KEY_LUA)
+        self._decoded: dict[bytes, PodEntry | None] = {}
+
+    def close(self) -> None:
+        """Close the connections this index opened (a client passed in stays open)."""
+        if self._owns_client:
+            self.client.close()
+
+    def __enter__(self) -> RedisIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- key names ----------------------------------------------------------------------
+    def _request_name(self, key: int) -> bytes:
+        return self._prefix + str(key).encode()
+
+    def _engine_name(self, key: int) -> bytes:
+        return self._engine_prefix + str(key).encode()
+
+    def _key_of(self, name: bytes) -> int | None:
+        """The request key a Redis key name holds, or ``None`` (engine set, foreign key)."""
+        rest = name[len(self._prefix):]
+        if not name.startswith(self._prefix) or not rest.isdigit():
+            return None
+        key = int(rest)
+        return key if 0 < key < 2**64 else None
+
+    def _decode(self, field: bytes) -> PodEntry | None:
+        """The entry a hash field names, or ``None`` when it does not decode (skipped, rule L13)."""
+        entry = self._decoded.get(field, False)
+        if entry is False:
+            try:
+                entry = PodEntry.from_json(field)
+            except ValueError:
+                entry = None
+            if len(self._decoded) >= _DECODED_CACHE_SIZE:
+                self._decoded.clear()
+            self._decoded[field] = entry
+        return entry
+
+    def _scan_request_names(self) -> Iterator[list[bytes]]:
+        """Batches of this namespace's request-key hash names (``SCAN MATCH <namespace>*``)."""
+        match = re.sub(r"([*?\[\]\\])", r"\\\1", self.namespace) + "*"
+        cursor = 0
+        while True:
+            cursor, names = self.client.scan(cursor, match=match, count=SCAN_BATCH_KEYS)
+            names = [name for name in names
+                     if not name.startswith(self._engine_prefix) and self._key_of(name) is not None]
+            if names:
+                yield names
+            if cursor == 0:
+                return
+
+    def _hkeys(self, names: list[bytes]) -> list[list[bytes]]:
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.hkeys(name)
+        return pipe.execute()
+
+    # ---- backend primitives -------------------------------------------------------------
+    def _add(self, triples: list[tuple[int, int, int]] | None, request_keys: list[int], entries: list[PodEntry],
+             parent: int | None) -> None:
+        fields = dict.fromkeys((entry.to_json() for entry in entries), "")
+        pipe = self.client.pipeline(transaction=True)
+        for key in request_keys:
+            pipe.hset(self._request_name(key), mapping=fields)
+        members: dict[int, dict[str, int]] = {}
+        for engine_key, request_key, position in triples or ():
+            members.setdefault(engine_key, {})[str(request_key)] = position
+        for engine_key, scores in members.items():
+            pipe.zadd(self._engine_name(engine_key), scores)
+        pipe.execute()
+
+    def _lookup(self, request_keys: list[int], pods: frozenset[str] | None,
+                stop_at_miss: bool) -> dict[int, tuple[PodEntry, ...]]:
+        out: dict[int, tuple[PodEntry, ...]] = {}
+        for key, fields in zip(request_keys, self._hkeys([self._request_name(k) for k in request_keys])):
+            entries = {e for e in map(self._decode, fields) if e is not None and (pods is None or e.pod in pods)}
+            if entries:
+                out[key] = tuple(sorted(entries, key=entry_sort_key))
+            elif stop_at_miss:
+                break
+        return out
+
+    def _evict(self, key: int, key_type: str, entries: list[PodEntry]) -> None:
+        fields = [entry.to_json() for entry in entries]
+        if key_type == ENGINE_KEY:
+            names = [self._request_name(k) for k in self._request_keys_of(key)]
+            if not names:
+                return  # an unknown engine key is a no-op (rule L7)
+        else:
+            names = [self._request_name(key)]
+        pipe = self.client.pipeline(transaction=True)
+        for name in names:
+            pipe.hdel(name, *fields)
+        self._prune_request_keys(keys=names, client=pipe)
+        if key_type == ENGINE_KEY:
+            self._prune_engine_key(keys=[self._engine_name(key), *names], client=pipe)
+        pipe.execute()
+
+    def _clear(self, pod: str, tier: str | None) -> None:
+        for names in self._scan_request_names():
+            doomed: dict[bytes, list[bytes]] = {}
+            for name, fields in zip(names, self._hkeys(names)):
+                for field in fields:
+                    entry = self._decode(field)
+                    if entry is not None and entry.pod == pod and (tier is None or entry.tier == tier):
+                        doomed.setdefault(name, []).append(field)
+            if doomed:
+                pipe = self.client.pipeline(transaction=True)
+                for name, fields in doomed.items():
+                    pipe.hdel(name, *fields)
+                self._prune_request_keys(keys=list(doomed), client=pipe)
+                pipe.execute()
+
+    def _request_keys_of(self, engine_key: int) -> list[int]:
+        members = self.client.zrange(self._engine_name(engine_key), 0, -1)  # by (score, member bytes)
+        return [int(m) for m in members if m.isdigit()]
+
+    def _items(self) -> Iterator[tuple[int, Iterable[PodEntry]]]:
+        for names in self._scan_request_names():
+            for name, fields in zip(names, self._hkeys(names)):
+                yield self._key_of(name), {e for e in map(self._decode, fields) if e is not None}
+
+
+class LocalRedisServer:
+    """A throw-away ``redis-server`` on a free loopback port: no persistence, files in a
+    temporary folder, stopped by :meth:`stop` (or the ``with`` block, or at interpreter exit).
+
+    For notebooks, tests and benchmarks of :class:`RedisIndex`; not a production setup.
+
+    Args:
+        executable: the ``redis-server`` program (a name on ``PATH`` or a path).
+        startup_timeout_s: seconds to wait for the server to answer ``PING``.
+
+    Attributes:
+        port: the TCP port on 127.0.0.1.
+        url: ``redis://127.0.0.1:<port>``.
+
+    Raises:
+        FileNotFoundError: ``executable`` is not installed (the message says how to install it).
+        RuntimeError: the server did not start (the message quotes its log).
+
+    Example:
+        >>> with LocalRedisServer() as server:
+        ...     redis.Redis.from_url(server.url).ping()
+        True
+    """
+
+    def __init__(self, executable: str = "redis-server", *, startup_timeout_s: float = 10.0) -> None:
+        path = shutil.which(executable)
+        if path is None:
+            raise FileNotFoundError(f"{executable!r} not found: install Redis (Debian/Ubuntu: "
+                                    "`apt-get install redis-server`) or pass executable=PATH")
+        for _ in range(5):  # a free port may be taken between probing and binding: retry
+            self.port = _free_loopback_port()
+            self.url = f"redis://127.0.0.1:{self.port}"
+            folder = Path(tempfile.mkdtemp(prefix="kvlab-redis-"))
+            log = folder / "redis.log"
+            self._process = subprocess.Popen(
+                [path, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", str(folder), "--logfile", str(log)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self._finalizer = weakref.finalize(self, _stop_server, self._process, folder)
+            if self._wait_ready(startup_timeout_s):
+                return
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            self._finalizer()
+            if "Address already in use" not in tail:
+                raise RuntimeError(f"redis-server did not start on port {self.port}; its log:\n{tail}")
+        raise RuntimeError("redis-server found no free loopback port in 5 attempts")
+
+    def _wait_ready(self, timeout_s: float) -> bool:
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1.0)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline and self._process.poll() is None:
+                try:
+                    return bool(client.ping())
+                except redis.exceptions.ConnectionError:
+                    time.sleep(0.02)
+            return False
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        """Stop the server and delete its folder (idempotent)."""
+        self._finalizer()
+
+    def __enter__(self) -> LocalRedisServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _stop_server(process: subprocess.Popen, folder: Path) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    shutil.rmtree(folder, ignore_errors=True)
