@@ -206,6 +206,7 @@ DESCRIPTION = [
     {"pod": "pod-a", "model": "m", "seq": 7, "events": []},
     {"pod": "pod-b", "model": "other", "events": [{"type": "AllBlocksCleared", "medium": "CPU"}]},
     {"pod": "pod-a", "model": "m", "events": []},
+    {"pod": "pod-c", "model": "org/model@rev", "events": []},  # llm-d splits the topic at the first two '@'
 ]
 
 
@@ -217,6 +218,7 @@ def test_description_gives_topics_per_pod_seqs_and_events() -> None:
         ("kv@pod-a@m", 7, EventBatch(0.0, [], 0)),  # an explicit seq (a gap) restarts the pod's count
         ("kv@pod-b@other", 1, EventBatch(0.0, [AllBlocksCleared("CPU")], 0)),
         ("kv@pod-a@m", 8, EventBatch(0.0, [], 0)),
+        ("kv@pod-c@org/model@rev", 0, EventBatch(0.0, [], 0)),
     ]
     assert parse_event_description({"messages": DESCRIPTION}) == parse_event_description(DESCRIPTION)
 
@@ -228,7 +230,8 @@ def test_description_file_to_event_file(tmp_path: Path) -> None:
     write_event_file(path, load_event_description(desc))
     decoded = decode_event_file(path)
     assert [(d.topic, d.seq) for d in decoded] == [("kv@pod-a@m", 0), ("kv@pod-b@m", 0), ("kv@pod-a@m", 1),
-                                                   ("kv@pod-a@m", 7), ("kv@pod-b@other", 1), ("kv@pod-a@m", 8)]
+                                                   ("kv@pod-a@m", 7), ("kv@pod-b@other", 1), ("kv@pod-a@m", 8),
+                                                   ("kv@pod-c@org/model@rev", 0)]
     assert decoded[1].batch.events[0].block_keys_u64() == (0x0A0A0A0A0A0A0A0A,)
 
 
@@ -249,8 +252,8 @@ def stored_with(**changes: object) -> list[dict]:
     ([{"pod": "p", "events": []}], "messages[0]: missing 'model'"),
     (msg(pod="a@b"), "messages[1].pod must be a non-empty string without '@' (the pod-id segment of the topic "
                      "kv@<pod>@<model>), got 'a@b'"),
-    (msg(model=""), "messages[1].model must be a non-empty string without '@' (the model segment of the topic "
-                    "kv@<pod>@<model>), got ''"),
+    (msg(model=""), "messages[1].model must be a non-empty string (the model segment of the topic kv@<pod>@<model>), "
+                    "got ''"),
     (msg(seq=-1), "messages[1].seq must be an integer in [0, 2**64), got -1"),
     (msg(seq=True), "messages[1].seq must be an integer in [0, 2**64), got True"),
     (msg(ts=-2), "messages[1].ts must be a finite number >= 0 (seconds since the epoch), got -2"),

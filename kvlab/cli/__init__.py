@@ -1,4 +1,4 @@
-"""The ``kvlab`` command: ``kvlab info``, ``replay``, ``sweep``, ``figures``, ``demo``.
+"""The ``kvlab`` command: ``kvlab info``, ``replay``, ``sweep``, ``figures``, ``demo``, ``events``.
 
 TRACE arguments are a file path, or the name of a bundled trace (``conversation``,
 ``synthetic``) when no such file exists (see :func:`kvlab.traces.load_trace`). Errors in
@@ -179,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="replay the bundled Mooncake traces; print the table, write figures")
     demo.add_argument("--out", type=_out_dir, default=Path("out/demo"), metavar="DIR", help="default out/demo")
+
+    from kvlab.cli.events import add_events_parser
+
+    add_events_parser(sub)
     return parser
 
 
@@ -299,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
             from kvlab.cli.figures import run_figures
 
             run_figures(args.out)
+        elif args.command == "events":
+            from kvlab.cli.events import run_events
+
+            run_events(args)
         else:
             from kvlab.cli.demo import run_demo
 

@@ -273,10 +273,11 @@ def _parse_event(path: str, raw: object) -> object:
         raise _located(path, names, err) from None
 
 
-def _name(path: str, value: object, what: str) -> str:
-    if not isinstance(value, str) or not value or "@" in value:
-        raise ValueError(f"{path} must be a non-empty string without '@' ({what} of the topic "
-                         f"kv@<pod>@<model>), got {value!r}")
+def _topic_part(path: str, value: object, what: str, allow_at: bool) -> str:
+    if not isinstance(value, str) or not value or ("@" in value and not allow_at):
+        rule = "" if allow_at else " without '@'"
+        raise ValueError(f"{path} must be a non-empty string{rule} ({what} of the topic kv@<pod>@<model>), "
+                         f"got {value!r}")
     return value
 
 
@@ -306,8 +307,8 @@ def parse_event_description(description: object) -> list[tuple[str, int, EventBa
     Raises:
         ValueError: naming the JSON path and value, e.g.
             ``messages[3].events[1].block_size must be an integer >= 1, got 0``: not a
-            list, an unknown or missing key, a pod or model that is empty or contains
-            ``@``, a seq outside ``[0, 2**64)``, an unknown event type, any value the
+            list, an unknown or missing key, an empty pod or model, a pod holding ``@``
+            (llm-d splits the topic at the first two), a seq outside ``[0, 2**64)``, an unknown event type, any value the
             event classes refuse.
 
     Example:
@@ -334,8 +335,8 @@ def parse_event_description(description: object) -> list[tuple[str, int, EventBa
         for key in ("pod", "model", "events"):
             if key not in raw:
                 raise ValueError(f"{path}: missing {key!r}")
-        pod = _name(f"{path}.pod", raw["pod"], "the pod-id segment")
-        model = _name(f"{path}.model", raw["model"], "the model segment")
+        pod = _topic_part(f"{path}.pod", raw["pod"], "the pod-id segment", allow_at=False)
+        model = _topic_part(f"{path}.model", raw["model"], "the model segment", allow_at=True)
         seq = raw.get("seq", next_seq.get(pod, 0))
         if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < _SEQ_LIMIT:
             raise ValueError(f"{path}.seq must be an integer in [0, 2**64), got {seq!r}")

@@ -1,0 +1,204 @@
+"""``kvlab events write`` / ``kvlab events replay`` end to end (event files into an index)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from kvlab.cli import main
+from kvlab.events import (
+    END_SEQ,
+    AllBlocksCleared,
+    EventBatch,
+    decode_event_file,
+    encode_frames,
+    read_event_file,
+    write_event_file,
+)
+
+TOKENS = [1, 2, 3, 4, 5, 6, 7, 8]
+# Expected results follow index_blend.md L17-L19 with a canonical block of 4 tokens, worked by hand:
+DESCRIPTION = [
+    # pod-a seq 0: two GPU blocks -> request keys k1, k2 on pod-a/gpu
+    {"pod": "pod-a", "model": "m", "ts": 1, "events": [
+        {"type": "BlockStored", "block_hashes": [11, 12], "token_ids": TOKENS, "block_size": 4, "medium": "GPU"}]},
+    # pod-b seq 0: the first block, no medium (-> gpu, L17) -> k1 on pod-b/gpu
+    {"pod": "pod-b", "model": "m", "events": [
+        {"type": "BlockStored", "block_hashes": [21], "token_ids": TOKENS[:4], "block_size": 4}]},
+    # pod-a seq 1: offload notice, no tokens -> tier update, k1 and k2 on pod-a/cpu
+    {"pod": "pod-a", "model": "m", "ts": 2, "events": [
+        {"type": "BlockStored", "block_hashes": [11, 12], "token_ids": [], "block_size": 4, "medium": "CPU"}]},
+    # pod-a seq 5 (gap: 2 expected): GPU copy of block 12 evicted -> pod-a/gpu keeps k1
+    {"pod": "pod-a", "model": "m", "seq": 5, "ts": 3, "events": [
+        {"type": "BlockRemoved", "block_hashes": [12], "medium": "GPU"}]},
+    # pod-b seq 1: a tier the index does not know -> an event error, nothing removed
+    {"pod": "pod-b", "model": "m", "ts": 4, "events": [{"type": "BlockRemoved", "block_hashes": [21],
+                                                        "medium": "tape"}]},
+    # pod-b seq 1 again, same ts: a duplicate, not applied (the clear would empty pod-b)
+    {"pod": "pod-b", "model": "m", "seq": 1, "ts": 4, "events": [{"type": "AllBlocksCleared"}]},
+    # pod-a seq 6: a reset of the GPU tier only (kvlab's AllBlocksCleared.medium) -> pod-a keeps its cpu copies
+    {"pod": "pod-a", "model": "m", "ts": 5, "events": [{"type": "AllBlocksCleared", "medium": "GPU"}]},
+]
+EXPECTED_PODS = {"pod-a": {"cpu": 2}, "pod-b": {"gpu": 1}}
+EXPECTED_GAPS = [{"pod": "pod-a", "data_parallel_rank": 0, "expected": 2, "got": 5}]
+EXPECTED_BATCHES = {"applied": 5, "duplicate": 1, "gap": 1}
+
+
+def run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def event_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> Path:
+    desc = tmp_path / "desc.json"
+    desc.write_text(json.dumps(DESCRIPTION))
+    path = tmp_path / "stream.kvev"
+    assert run(capsys, "events", "write", "--from-json", str(desc), str(path)) == (
+        0, f"wrote 7 messages to {path}\n", "")
+    return path
+
+
+def test_write_then_replay_json(capsys: pytest.CaptureFixture, event_file: Path) -> None:
+    code, out, err = run(capsys, "events", "replay", str(event_file), "--block-size", "4", "--json")
+    assert (code, err) == (0, "")
+    report = json.loads(out)
+    assert list(report) == ["pods", "gaps", "batches", "errors"]
+    assert report["pods"] == EXPECTED_PODS
+    assert report["gaps"] == EXPECTED_GAPS
+    assert report["batches"] == EXPECTED_BATCHES
+    assert [(e["message"], e["event"]) for e in report["errors"]] == [(4, 0)]
+    assert "unknown tier 'tape'" in report["errors"][0]["error"]
+
+
+def test_replay_text(capsys: pytest.CaptureFixture, event_file: Path) -> None:
+    code, out, _ = run(capsys, "events", "replay", str(event_file), "--block-size", "4")
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[:6] == [f"{event_file}: 5 applied, 1 duplicate, 1 gap",
+                         "pod         cpu       gpu",   # pods padded to the longest name, tiers 10 wide
+                         "pod-a         2         0",
+                         "pod-b         0         1",
+                         "1 sequence gap",
+                         "  pod-a: expected seq 2, got 5 (DP rank 0)"]
+    assert lines[6] == "1 error" and lines[7].startswith("  message 4 event 0: ") and len(lines) == 8
+
+
+def test_block_size_changes_the_request_keys(capsys: pytest.CaptureFixture, event_file: Path) -> None:
+    """With 8-token canonical blocks the two 4-token engine blocks make one request key (L18)."""
+    _, out, _ = run(capsys, "events", "replay", str(event_file), "--block-size", "8", "--json")
+    report = json.loads(out)
+    # pod-b's single 4-token block is shorter than one canonical block: dropped (L17)
+    assert report["pods"] == {"pod-a": {"cpu": 1}}
+    _, out, _ = run(capsys, "events", "replay", str(event_file), "--json")  # default 16: every store dropped
+    assert json.loads(out)["pods"] == {}
+
+
+def test_initial_seq_makes_a_late_start_a_gap(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    path = tmp_path / "late.kvev"
+    write_event_file(path, [("kv@pod-c@m", 3, EventBatch(0.0, [AllBlocksCleared()], 0))])
+    _, out, _ = run(capsys, "events", "replay", str(path), "--json")
+    assert json.loads(out) == {"pods": {}, "gaps": [], "batches": {"applied": 1}, "errors": []}
+    _, out, _ = run(capsys, "events", "replay", str(path), "--json", "--initial-seq", "0")
+    assert json.loads(out)["gaps"] == [{"pod": "pod-c", "data_parallel_rank": 0, "expected": 0, "got": 3}]
+
+
+def test_bad_messages_are_errors_and_the_rest_is_replayed(capsys: pytest.CaptureFixture, event_file: Path,
+                                                          tmp_path: Path) -> None:
+    good = list(read_event_file(event_file))
+    path = tmp_path / "mixed.kvev"
+    bad_seq = [b"kv@pod-a@m", b"\x00\x00\x00\x01", b"\x93"]
+    other_topic = encode_frames(EventBatch(0.0, [AllBlocksCleared()], 0), topic="vllm")
+    write_event_file(path, [good[0], bad_seq, other_topic, [b"", END_SEQ, b""], *good[1:]])
+    _, out, _ = run(capsys, "events", "replay", str(path), "--block-size", "4", "--json")
+    report = json.loads(out)
+    assert report["pods"] == EXPECTED_PODS and report["gaps"] == EXPECTED_GAPS
+    assert report["batches"] == EXPECTED_BATCHES  # the end-of-replay marker is skipped, not an error
+    errors = [(e["message"], e["event"]) for e in report["errors"]]
+    assert errors == [(1, None), (2, None), (7, 0)]  # file message indices (the good ones shifted by 3)
+    assert report["errors"][0]["error"] == "frame 1 (seq) must be 8 bytes (big-endian), got 4: b'\\x00\\x00\\x00\\x01'"
+    assert "'vllm'" in report["errors"][1]["error"]
+
+
+def test_write_array_layout(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    desc = tmp_path / "d.json"
+    desc.write_text(json.dumps(DESCRIPTION[:2]))
+    out = tmp_path / "a.kvev"
+    assert run(capsys, "events", "write", "--from-json", str(desc), str(out), "--layout", "array")[0] == 0
+    assert [d.layout for d in decode_event_file(out)] == ["array", "array"]
+
+
+def test_bad_input_exit_2(capsys: pytest.CaptureFixture, tmp_path: Path, event_file: Path) -> None:
+    missing = tmp_path / "missing.kvev"
+    assert run(capsys, "events", "replay", str(missing)) == (2, "", f"kvlab: error: no event file at {missing}\n")
+    assert run(capsys, "events", "write", "--from-json", str(missing), str(tmp_path / "o.kvev")) == (
+        2, "", f"kvlab: error: no JSON description at {missing}\n")
+    truncated = tmp_path / "cut.kvev"
+    truncated.write_bytes(event_file.read_bytes()[:-3])
+    code, out, err = run(capsys, "events", "replay", str(truncated), "--json")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"kvlab: error: {truncated}: message 6 at byte ") and "truncated" in err
+    wrong = tmp_path / "desc.kvev"
+    wrong.write_text("[]")
+    assert run(capsys, "events", "replay", str(wrong)) == (
+        2, "", f"kvlab: error: {wrong}: byte 0: expected the magic b'KVLABEV1', got b'[]': not a kvlab event file\n")
+    desc = tmp_path / "bad.json"
+    desc.write_text(json.dumps([{"pod": "p", "model": "m", "events": [{"type": "BlockStored", "block_hashes": [1],
+                                                                       "token_ids": [], "block_size": 0}]}]))
+    out_path = tmp_path / "o.kvev"
+    assert run(capsys, "events", "write", "--from-json", str(desc), str(out_path)) == (
+        2, "", f"kvlab: error: {desc}: messages[0].events[0].block_size must be an integer >= 1, got 0\n")
+    assert not out_path.exists()
+    assert run(capsys, "events", "write", "--from-json", str(desc), str(tmp_path / "no" / "o.kvev")) == (
+        2, "", f"kvlab: error: cannot write {tmp_path / 'no' / 'o.kvev'}: {tmp_path / 'no'} is not an existing "
+               f"folder\n")
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["replay", "f.kvev", "--backend", "mongo://h:1"], "expected 'memory' or redis://HOST:PORT, got 'mongo://h:1'"),
+    (["replay", "f.kvev", "--backend", "redis://"], "names no host"),
+    (["replay", "f.kvev", "--block-size", "0"], "expected an integer >= 1, got 0"),
+    (["replay", "f.kvev", "--initial-seq", "-1"], "expected an integer in [0, 2**64), got -1"),
+    (["write", "out.kvev"], "the following arguments are required: --from-json"),
+    (["write", "--from-json", "d.json", "out.kvev", "--layout", "tree"], "invalid choice: 'tree'"),
+    ([], "the following arguments are required: events_command"),
+])
+def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture, argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["events", *argv])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unreachable_redis_exit_2(capsys: pytest.CaptureFixture, event_file: Path) -> None:
+    with socket.socket() as sock:  # a loopback port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    code, out, err = run(capsys, "events", "replay", str(event_file), "--backend", f"redis://127.0.0.1:{port}")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"kvlab: error: cannot reach a Redis server at redis://127.0.0.1:{port}")
+
+
+def test_replay_into_redis(capsys: pytest.CaptureFixture, event_file: Path, request: pytest.FixtureRequest) -> None:
+    try:
+        server = request.getfixturevalue("redis_server")
+    except pytest.FixtureLookupError:
+        pytest.skip("the redis_server fixture (tests/redis_server.py) is not available")
+    from kvlab.index.redis_index import RedisIndex
+
+    with RedisIndex(server.url) as index:
+        index.client.flushdb()  # the CLI writes namespace '' and counts what the server holds
+        try:
+            code, out, _ = run(capsys, "events", "replay", str(event_file), "--block-size", "4", "--json",
+                               "--backend", server.url)
+            report = json.loads(out)
+            assert code == 0
+            assert (report["pods"], report["gaps"], report["batches"]) == (EXPECTED_PODS, EXPECTED_GAPS,
+                                                                           EXPECTED_BATCHES)
+            assert [(e["message"], e["event"]) for e in report["errors"]] == [(4, 0)]
+        finally:
+            index.client.flushdb()
