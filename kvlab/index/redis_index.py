@@ -142,7 +142,7 @@ class RedisIndex(Index):
         self._engine_prefix = (namespace + "engine:").encode()
         self._prune_request_keys = self.client.register_script(_PRUNE_REQUEST_KEYS_LUA)
         self._prune_engine_key = self.client.register_script(_PRUNE_ENGINE_KEY_LUA)
-        self._decoded: dict[bytes, PodEntry | None] = {}
+        self._decoded: dict[bytes, tuple[tuple, PodEntry] | None] = {}
 
     def close(self) -> None:
         """Close the connections this index opened (a client passed in stays open)."""
@@ -170,18 +170,30 @@ class RedisIndex(Index):
         key = int(rest)
         return key if 0 < key < 2**64 else None
 
-    def _decode(self, field: bytes) -> PodEntry | None:
-        """The entry a hash field names, or ``None`` when it does not decode (skipped, rule L13)."""
-        entry = self._decoded.get(field, False)
-        if entry is False:
+    def _entries(self, fields: list[bytes], pods: frozenset[str] | None = None) -> tuple[PodEntry, ...]:
+        """The entries hash fields name (undecodable ones skipped, rule L13), of ``pods`` only
+        (``None``: all), deduplicated and sorted by :func:`~kvlab.index.base.entry_sort_key`."""
+        decoded = self._decoded
+        try:
+            pairs = [decoded[field] for field in fields]
+        except KeyError:
+            pairs = [self._decode(field) for field in fields]
+        held = {pair[0]: pair[1] for pair in pairs if pair is not None and (pods is None or pair[1].pod in pods)}
+        return tuple(held[key] for key in sorted(held))
+
+    def _decode(self, field: bytes) -> tuple[tuple, PodEntry] | None:
+        """``(sort key, entry)`` of a hash field, or ``None`` when it does not decode; cached."""
+        pair = self._decoded.get(field, False)
+        if pair is False:
             try:
                 entry = PodEntry.from_json(field)
+                pair = entry_sort_key(entry), entry
             except ValueError:
-                entry = None
+                pair = None
             if len(self._decoded) >= _DECODED_CACHE_SIZE:
                 self._decoded.clear()
-            self._decoded[field] = entry
-        return entry
+            self._decoded[field] = pair
+        return pair
 
     def _scan_request_names(self) -> Iterator[list[bytes]]:
         """Batches of this namespace's request-key hash names (``SCAN MATCH <namespace>*``)."""
@@ -220,9 +232,9 @@ class RedisIndex(Index):
                 stop_at_miss: bool) -> dict[int, tuple[PodEntry, ...]]:
         out: dict[int, tuple[PodEntry, ...]] = {}
         for key, fields in zip(request_keys, self._hkeys([self._request_name(k) for k in request_keys])):
-            entries = {e for e in map(self._decode, fields) if e is not None and (pods is None or e.pod in pods)}
+            entries = self._entries(fields, pods)
             if entries:
-                out[key] = tuple(sorted(entries, key=entry_sort_key))
+                out[key] = entries
             elif stop_at_miss:
                 break
         return out
@@ -248,8 +260,8 @@ class RedisIndex(Index):
             doomed: dict[bytes, list[bytes]] = {}
             for name, fields in zip(names, self._hkeys(names)):
                 for field in fields:
-                    entry = self._decode(field)
-                    if entry is not None and entry.pod == pod and (tier is None or entry.tier == tier):
+                    pair = self._decode(field)
+                    if pair is not None and pair[1].pod == pod and (tier is None or pair[1].tier == tier):
                         doomed.setdefault(name, []).append(field)
             if doomed:
                 pipe = self.client.pipeline(transaction=True)
@@ -265,7 +277,7 @@ class RedisIndex(Index):
     def _items(self) -> Iterator[tuple[int, Iterable[PodEntry]]]:
         for names in self._scan_request_names():
             for name, fields in zip(names, self._hkeys(names)):
-                yield self._key_of(name), {e for e in map(self._decode, fields) if e is not None}
+                yield self._key_of(name), self._entries(fields)
 
 
 class LocalRedisServer:
