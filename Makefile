@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lab clean
+.PHONY: demo test bench lab clean redis-server
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/kvlab demo --out out/demo
 
+## Debian's redis-server, for the Redis index tests and doctests (each starts its own server on a free port)
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { echo "installing Debian's redis-server (kvlab.index's Redis tests)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server; }
+
 ## make test — unit, property, golden and doctest suites plus every notebook (smoke mode)
-test: $(STAMP)
+test: $(STAMP) redis-server
 	KVLAB_SMOKE=1 $(BIN)/python -m pytest -q --nbmake --nbmake-timeout=300 tests kvlab notebooks
 
 ## make bench — speed measured against the named anchors; JSON in out/bench/ (recorded runs: benchmarks/results/)
@@ -31,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_mrc.py --out out/bench/bench_mrc.json
 	$(BIN)/python benchmarks/bench_memory.py --out out/bench/bench_memory.json
 	$(BIN)/python benchmarks/bench_explorer.py --out out/bench/bench_explorer.json
+	$(BIN)/python benchmarks/bench_index.py --out out/bench/bench_index.json
 	$(BIN)/python benchmarks/bench_tiers.py --out out/bench/bench_tiers.json
 
 ## make lab — JupyterLab on the notebooks
