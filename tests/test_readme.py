@@ -10,13 +10,14 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def test_readme_python_example_runs(capsys) -> None:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert len(blocks) == 5 and len(blocks[0].strip().splitlines()) <= 12
+    assert len(blocks) == 6 and len(blocks[0].strip().splitlines()) <= 12
     namespace: dict = {}
     for block in blocks:  # run in order, in one namespace, as a reader would
         exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - our own README
     assert round(namespace["result"].summary.block_hit_ratio, 4) == 0.2116
     assert namespace["curve"].height == 4
-    assert "0.2116" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "0.2116" in out and "applied\n{'pod-a': 2.0}" in out
     assert len(namespace["vllm_keys"]) == 6 and not set(namespace["vllm_keys"]) & set(namespace["llmd_keys"])
     assert not set(namespace["salted"]) & set(namespace["vllm_keys"])
     assert namespace["vllm_trace"].frame["block_keys"].list.len().to_list() == [6, 3]
@@ -31,4 +32,5 @@ def test_readme_python_example_runs(capsys) -> None:
     assert lru.height == 1
     assert namespace["tiered"].summary["tier_hit_blocks"] == {"GPU": 15665, "CPU": 45381}
     assert namespace["tiered"].summary["hit_blocks"] == 61046  # = one LRU of 10,000 blocks (README table)
+    assert len(namespace["keys"]) == 3 and namespace["index"].pod_tier_counts() == {"pod-a": {"gpu": 2}}
 
