@@ -13,7 +13,10 @@ token ids and maps the *engine keys* published in KV events onto them::
 Canonical CBOR is ``cbor2.dumps(obj, canonical=True)``: for these values (unsigned ints,
 arrays, text, null, one-entry maps) it gives the same bytes as fxamacker/cbor's
 ``CanonicalEncOptions`` — minimal-length integers, definite lengths; the golden vectors
-(text and multimodal) pin this.
+(text and multimodal) pin this. Text blocks (``extra = None``: an array of three items, a
+uint, an array of uints, null) are encoded and hashed by a numba kernel writing those
+bytes itself, a whole prompt per call; blocks with multimodal extras and roots go through
+``cbor2``.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ from collections.abc import Sequence
 
 import cbor2
 import numpy as np
+from numba import njit
 
 from kvlab.hashing.base import (
-    U64_MASK,
     BlockHasher,
     RequestExtras,
     as_u32_tokens,
@@ -43,21 +46,73 @@ FNV64_OFFSET_BASIS = 0xCBF29CE484222325
 FNV64_PRIME = 0x100000001B3
 
 
+_FNV_OFFSET = np.uint64(FNV64_OFFSET_BASIS)
+_FNV_PRIME = np.uint64(FNV64_PRIME)
+_BYTE = np.uint64(0xFF)
+_CBOR_UINT, _CBOR_ARRAY = np.uint64(0x00), np.uint64(0x80)  # major types 0 and 4, shifted
+_CBOR_ARRAY_OF_3, _CBOR_NULL = np.uint64(0x83), np.uint64(0xF6)
+#: Roots cached per hasher at most (one per model or LoRA name seen).
+_ROOT_CACHE_SIZE = 1024
+
+
+@njit(cache=True, nogil=True)
+def _fnv_bytes(h, data):  # noqa: ANN001, ANN202 - numba kernel: FNV-1a-64 of uint8[n], from h
+    for i in range(data.shape[0]):
+        h = (h ^ np.uint64(data[i])) * _FNV_PRIME
+    return h
+
+
+@njit(cache=True, nogil=True)
+def _fnv_cbor_head(h, major, value):  # noqa: ANN001, ANN202 - numba helper
+    """FNV-1a-64 from ``h`` over the canonical CBOR head of ``value`` (uint64) in ``major``."""
+    if value < np.uint64(24):
+        return (h ^ (major | value)) * _FNV_PRIME
+    if value < np.uint64(0x100):
+        n_bytes, info = 1, np.uint64(24)
+    elif value < np.uint64(0x10000):
+        n_bytes, info = 2, np.uint64(25)
+    elif value < np.uint64(0x100000000):
+        n_bytes, info = 4, np.uint64(26)
+    else:
+        n_bytes, info = 8, np.uint64(27)
+    h = (h ^ (major | info)) * _FNV_PRIME
+    for i in range(n_bytes - 1, -1, -1):  # big-endian
+        h = (h ^ ((value >> np.uint64(8 * i)) & _BYTE)) * _FNV_PRIME
+    return h
+
+
+@njit(cache=True, nogil=True)
+def _text_chain(tokens, block_size, n_blocks, parent):  # noqa: ANN001, ANN202 - numba kernel
+    """Chained keys ``H(parent, block, None)`` of ``n_blocks`` full blocks of ``uint32`` tokens:
+    FNV-1a-64 over ``0x83, uint(parent), array(block_size), uint(token)..., 0xF6``."""
+    out = np.empty(n_blocks, dtype=np.uint64)
+    size = np.uint64(block_size)
+    for b in range(n_blocks):
+        h = (_FNV_OFFSET ^ _CBOR_ARRAY_OF_3) * _FNV_PRIME
+        h = _fnv_cbor_head(h, _CBOR_UINT, parent)
+        h = _fnv_cbor_head(h, _CBOR_ARRAY, size)
+        for i in range(b * block_size, (b + 1) * block_size):
+            h = _fnv_cbor_head(h, _CBOR_UINT, np.uint64(tokens[i]))
+        parent = (h ^ _CBOR_NULL) * _FNV_PRIME
+        out[b] = parent
+    return out
+
+
 def fnv1a_64(data: bytes) -> int:
     """FNV-1a, 64-bit (Go's ``hash/fnv.New64a``), as ``u64``.
 
-    Written here because it is three lines and no well-kept Python FNV package is a
-    kvlab dependency: start from the offset basis; per byte, xor it in, then multiply
-    by the FNV prime modulo 2**64.
+    Written here (a numba loop) because no well-kept Python FNV package is a kvlab
+    dependency: start from the offset basis; per byte, xor it in, then multiply by the
+    FNV prime modulo 2**64.
+
+    Args:
+        data: ``bytes`` (or any buffer of bytes).
 
     Example:
         >>> fnv1a_64(b""), hex(fnv1a_64(b"a"))
         (14695981039346656037, '0xaf63dc4c8601ec8c')
     """
-    h = FNV64_OFFSET_BASIS
-    for byte in data:
-        h = ((h ^ byte) * FNV64_PRIME) & U64_MASK
-    return h
+    return int(_fnv_bytes(_FNV_OFFSET, np.frombuffer(data, dtype=np.uint8)))
 
 
 def _check_str(name: str, value: object) -> str:
@@ -103,6 +158,7 @@ class LlmdHasher(BlockHasher):
         self.hash_seed = _check_str("hash_seed", hash_seed)
         self.model_name = _check_str("model_name", model_name)
         self.init_hash = fnv1a_64(hash_seed.encode())
+        self._roots: dict[tuple[int, str], int] = {}  # (init hash, model) -> root key
 
     @staticmethod
     def hash_block(parent: int, tokens: Sequence[int] | None, extra: object = None) -> int:
@@ -123,7 +179,13 @@ class LlmdHasher(BlockHasher):
             ValueError: ``model_name`` is not a string or None.
         """
         model = self.model_name if model_name is None else _check_str("model_name", model_name)
-        return self.hash_block(self.init_hash, None, model)
+        cache_key = (self.init_hash, model)
+        root = self._roots.get(cache_key)
+        if root is None:
+            if len(self._roots) >= _ROOT_CACHE_SIZE:
+                self._roots.clear()
+            root = self._roots[cache_key] = self.hash_block(self.init_hash, None, model)
+        return root
 
     def block_hashes(self, token_ids: Sequence[int] | np.ndarray, extras: RequestExtras | None = None,
                      parent_key: int = 0) -> list[int]:
@@ -140,6 +202,16 @@ class LlmdHasher(BlockHasher):
 
         Raises:
             ValueError: invalid token ids, extras or parent key.
+
+        Example (text blocks: the chained :meth:`hash_block`, computed by the numba kernel):
+            >>> hasher = LlmdHasher(block_size=2)
+            >>> tokens = [0, 23, 24, 255, 256, 65535, 65536, 2**32 - 1]  # every CBOR uint width
+            >>> for parent in (0, 23, 255, 65535, 2**32 - 1, 2**64 - 1):
+            ...     keys, key = [], parent or hasher.root_key()
+            ...     for i in range(0, len(tokens), 2):
+            ...         key = hasher.hash_block(key, tokens[i:i + 2])
+            ...         keys.append(key)
+            ...     assert hasher.block_hashes(tokens, parent_key=parent) == keys, parent
         """
         tokens = as_u32_tokens(token_ids)
         extras = resolve_extras(extras, len(tokens))
@@ -147,6 +219,8 @@ class LlmdHasher(BlockHasher):
         if parent == 0:
             parent = self.root_key(extras.lora_name or None)
         n_blocks = len(tokens) // self.block_size
+        if not extras.mm_items:
+            return _text_chain(tokens, self.block_size, n_blocks, np.uint64(parent)).tolist()
         mm_ids = block_mm_identifiers(extras.mm_items, n_blocks, self.block_size)
         keys = []
         for i in range(n_blocks):
