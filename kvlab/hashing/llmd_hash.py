@@ -28,6 +28,7 @@ import numpy as np
 from numba import njit
 
 from kvlab.hashing.base import (
+    U64_MASK,
     BlockHasher,
     RequestExtras,
     as_u32_tokens,
@@ -272,8 +273,7 @@ def map_engine_to_request_keys(engine_keys: Sequence[int], request_keys: Sequenc
     for name, keys in (("engine_keys", engine_keys), ("request_keys", request_keys)):
         if isinstance(keys, (str, bytes)) or not isinstance(keys, (Sequence, np.ndarray)):
             raise ValueError(f"{name} must be a sequence of u64 keys, got {keys!r}")
-    engine = [check_u64(f"engine_keys[{i}]", key) for i, key in enumerate(engine_keys)]
-    request = [check_u64(f"request_keys[{i}]", key) for i, key in enumerate(request_keys)]
+    engine, request = _u64_list("engine_keys", engine_keys), _u64_list("request_keys", request_keys)
     n_e, n_r = len(engine), len(request)
     if n_e == 0 and n_r == 0:
         return []
@@ -285,6 +285,15 @@ def map_engine_to_request_keys(engine_keys: Sequence[int], request_keys: Sequenc
         return [[request[i // ratio]] for i in range(n_e)]
     ratio = n_r // n_e
     return [request[i * ratio:(i + 1) * ratio] for i in range(n_e)]
+
+
+def _u64_list(name: str, keys: Sequence[int] | np.ndarray) -> list[int]:
+    """``keys`` as a list of ints, each checked by ``check_u64`` (one type set and a min/max
+    when all are Python ints in range; the per-item loop names the first bad one)."""
+    out = keys.tolist() if isinstance(keys, np.ndarray) and keys.ndim == 1 and keys.dtype.kind in "iu" else list(keys)
+    if out and set(map(type, out)) == {int} and min(out) >= 0 and max(out) <= U64_MASK:
+        return out
+    return [check_u64(f"{name}[{i}]", key) for i, key in enumerate(keys)]
 
 
 class EngineKeyMap:

@@ -78,14 +78,16 @@ class InMemoryIndex(Index):
         self.size = _check_capacity("size", size)
         self.pod_cache_size = _check_capacity("pod_cache_size", pod_cache_size)
         super().__init__(tiers=tiers)
-        # request key -> its entries, least recently used first (both levels)
-        self._data: OrderedDict[int, OrderedDict[PodEntry, None]] = OrderedDict()
+        # request key -> its entries (a dict in insertion order), least recently used first (both levels)
+        self._data: OrderedDict[int, dict[PodEntry, None]] = OrderedDict()
+        # request key -> its entries sorted by entry_sort_key; filled by lookup, dropped when the entries change
+        self._sorted: dict[int, tuple[PodEntry, ...]] = {}
         # engine key -> {request key: position}, least recently used engine key first
         self._engine: OrderedDict[int, dict[int, int]] = OrderedDict()
 
     def _add(self, triples: list[tuple[int, int, int]] | None, request_keys: list[int], entries: list[PodEntry],
              parent: int | None) -> None:
-        data, engine = self._data, self._engine
+        data, engine, cached = self._data, self._engine, self._sorted
         for engine_key, request_key, position in triples or ():
             positions = engine.get(engine_key)
             if positions is None:
@@ -98,30 +100,35 @@ class InMemoryIndex(Index):
         for key in request_keys:
             held = data.get(key)
             if held is None:
-                held = data[key] = OrderedDict()
+                held = data[key] = {}
                 if len(data) > self.size:
-                    data.popitem(last=False)
+                    cached.pop(data.popitem(last=False)[0], None)
             else:
                 data.move_to_end(key)
             for entry in entries:
                 if entry in held:
-                    held.move_to_end(entry)
+                    del held[entry]  # re-inserted below: the most recently added
+                    held[entry] = None
                 else:
                     held[entry] = None
                     if len(held) > self.pod_cache_size:
-                        held.popitem(last=False)
+                        del held[next(iter(held))]
+                    cached.pop(key, None)
 
     def _lookup(self, request_keys: list[int], pods: frozenset[str] | None,
                 stop_at_miss: bool) -> dict[int, tuple[PodEntry, ...]]:
-        data = self._data
+        data, cached = self._data, self._sorted
         found: dict[int, tuple[PodEntry, ...]] = {}
         for key in request_keys:
             held = data.get(key)
             if held is not None:
                 data.move_to_end(key)
-                kept = list(held) if pods is None else [e for e in held if e.pod in pods]
+                ordered = cached.get(key)
+                if ordered is None:
+                    ordered = cached[key] = tuple(sorted(held, key=entry_sort_key))
+                kept = ordered if pods is None else tuple(e for e in ordered if e.pod in pods)
                 if kept:
-                    found[key] = tuple(sorted(kept, key=entry_sort_key))
+                    found[key] = kept
                     continue
             if stop_at_miss:
                 break
@@ -143,7 +150,9 @@ class InMemoryIndex(Index):
                 continue
             data.move_to_end(request_key)
             for entry in entries:
-                held.pop(entry, None)
+                if entry in held:
+                    del held[entry]
+                    self._sorted.pop(request_key, None)
             if not held:
                 del data[request_key]
         if key_type == ENGINE_KEY and not any(request_key in data for request_key in request_keys):
@@ -152,10 +161,13 @@ class InMemoryIndex(Index):
     def _clear(self, pod: str, tier: str | None) -> None:
         emptied = []
         for key, held in self._data.items():  # a peek: iteration does not reorder
-            for entry in [e for e in held if e.pod == pod and (tier is None or e.tier == tier)]:
-                del held[entry]
-            if not held:
-                emptied.append(key)
+            doomed = [e for e in held if e.pod == pod and (tier is None or e.tier == tier)]
+            if doomed:
+                for entry in doomed:
+                    del held[entry]
+                self._sorted.pop(key, None)
+                if not held:
+                    emptied.append(key)
         for key in emptied:
             del self._data[key]
 

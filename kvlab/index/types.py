@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvlab.hashing.base import check_u64
+from kvlab.hashing.base import U64_MASK, check_u64
 
 #: ``key_type`` of :meth:`kvlab.index.Index.evict`: an engine key (from a KV event) or a request key.
 ENGINE_KEY, REQUEST_KEY = "engine", "request"
@@ -127,6 +127,9 @@ def check_keys(name: str, keys: object, *, allow_empty: bool = False) -> list[in
     """
     if isinstance(keys, (str, bytes)) or not isinstance(keys, (Sequence, np.ndarray)):
         raise ValueError(f"{name} must be a sequence of u64 keys, got {keys!r}")
+    out = keys.tolist() if isinstance(keys, np.ndarray) and keys.ndim == 1 and keys.dtype.kind in "iu" else list(keys)
+    if out and set(map(type, out)) == {int} and min(out) >= 1 and max(out) <= U64_MASK:
+        return out  # the common case, checked in C; the loop below names a bad item
     out = [check_u64(f"{name}[{i}]", key) for i, key in enumerate(keys)]
     if not out and not allow_empty:
         raise ValueError(f"{name} must not be empty")
