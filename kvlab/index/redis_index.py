@@ -12,8 +12,9 @@ the ``redis`` client:
 * emptiness is pruned atomically by two Lua scripts: a request-key hash is deleted when
   ``HLEN == 0``; an engine set only when every request-key hash it lists is empty (rule L7).
 
-Lookup is one pipelined ``HKEYS`` per key (undecodable fields skipped); add and evict are
-one ``MULTI``/``EXEC`` pipeline each; clear scans ``<namespace>*`` in batches of 1024 keys.
+Lookup is one pipelined ``HKEYS`` per key (undecodable fields skipped; the sorted entries of
+a field list are cached); add and evict are one ``MULTI``/``EXEC`` pipeline each; clear scans
+``<namespace>*`` in batches of 1024 keys.
 :class:`LocalRedisServer` starts a throw-away ``redis-server`` on a free loopback port for
 notebooks, tests and benchmarks.
 """
@@ -40,7 +41,8 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379"
 #: Keys asked per ``SCAN`` call by :meth:`RedisIndex.clear` (llm-d's batch).
 SCAN_BATCH_KEYS = 1024
 _SCHEMES = {"redis": "redis", "rediss": "rediss", "unix": "unix", "valkey": "redis", "valkeys": "rediss"}
-_DECODED_CACHE_SIZE = 4096
+_DECODED_CACHE_SIZE = 4096  # hash fields decoded, at most
+_SORTED_CACHE_SIZE = 1024  # field lists with their sorted entries, at most
 
 # KEYS = request-key hashes: delete each one left without fields.
 _PRUNE_REQUEST_KEYS_LUA = """
@@ -142,7 +144,8 @@ class RedisIndex(Index):
         self._engine_prefix = (namespace + "engine:").encode()
         self._prune_request_keys = self.client.register_script(_PRUNE_REQUEST_KEYS_LUA)
         self._prune_engine_key = self.client.register_script(_PRUNE_ENGINE_KEY_LUA)
-        self._decoded: dict[bytes, tuple[tuple, PodEntry] | None] = {}
+        self._decoded: dict[bytes, tuple[tuple, PodEntry] | None] = {}  # field -> (sort key, entry)
+        self._sorted: dict[tuple[bytes, ...], tuple[PodEntry, ...]] = {}  # a key's fields -> its sorted entries
 
     def close(self) -> None:
         """Close the connections this index opened (a client passed in stays open)."""
@@ -172,14 +175,17 @@ class RedisIndex(Index):
 
     def _entries(self, fields: list[bytes], pods: frozenset[str] | None = None) -> tuple[PodEntry, ...]:
         """The entries hash fields name (undecodable ones skipped, rule L13), of ``pods`` only
-        (``None``: all), deduplicated and sorted by :func:`~kvlab.index.base.entry_sort_key`."""
-        decoded = self._decoded
-        try:
-            pairs = [decoded[field] for field in fields]
-        except KeyError:
-            pairs = [self._decode(field) for field in fields]
-        held = {pair[0]: pair[1] for pair in pairs if pair is not None and (pods is None or pair[1].pod in pods)}
-        return tuple(held[key] for key in sorted(held))
+        (``None``: all), deduplicated and sorted by :func:`~kvlab.index.base.entry_sort_key`.
+        The answer for a field list is cached (keys held by the same pods share one)."""
+        fields = tuple(fields)
+        ordered = self._sorted.get(fields)
+        if ordered is None:
+            held = {pair[0]: pair[1] for pair in map(self._decode, fields) if pair is not None}
+            ordered = tuple(held[key] for key in sorted(held))
+            if len(self._sorted) >= _SORTED_CACHE_SIZE:
+                self._sorted.clear()
+            self._sorted[fields] = ordered
+        return ordered if pods is None else tuple(e for e in ordered if e.pod in pods)
 
     def _decode(self, field: bytes) -> tuple[tuple, PodEntry] | None:
         """``(sort key, entry)`` of a hash field, or ``None`` when it does not decode; cached."""
