@@ -277,14 +277,30 @@ def map_engine_to_request_keys(engine_keys: Sequence[int], request_keys: Sequenc
     n_e, n_r = len(engine), len(request)
     if n_e == 0 and n_r == 0:
         return []
-    if n_e == 0 or n_r == 0 or max(n_e, n_r) % min(n_e, n_r):
-        raise ValueError(f"{n_e} engine keys and {n_r} request keys are not an integral ratio "
-                         f"(one count must be a multiple of the other)")
+    check_key_counts(n_e, n_r)
     if n_e >= n_r:
         ratio = n_e // n_r
         return [[request[i // ratio]] for i in range(n_e)]
     ratio = n_r // n_e
     return [request[i * ratio:(i + 1) * ratio] for i in range(n_e)]
+
+
+def check_key_counts(n_engine: int, n_request: int) -> None:
+    """Check that engine and request key counts are an integral ratio, both > 0 (llm-d ``Index.Add``).
+
+    Raises:
+        ValueError: giving both counts, when neither is a multiple of the other or one is 0.
+
+    Example:
+        >>> check_key_counts(4, 2)
+        >>> check_key_counts(3, 2)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: 3 engine keys and 2 request keys are not an integral ratio (...)
+    """
+    if n_engine == 0 or n_request == 0 or max(n_engine, n_request) % min(n_engine, n_request):
+        raise ValueError(f"{n_engine} engine keys and {n_request} request keys are not an integral ratio "
+                         f"(one count must be a multiple of the other)")
 
 
 def _u64_list(name: str, keys: Sequence[int] | np.ndarray) -> list[int]:

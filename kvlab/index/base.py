@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 
 from kvlab.hashing.base import check_u64
-from kvlab.hashing.llmd_hash import map_engine_to_request_keys
+from kvlab.hashing.llmd_hash import check_key_counts, map_engine_to_request_keys
 from kvlab.index.types import (
     DEFAULT_TIER,
     KEY_TYPES,
@@ -55,14 +55,23 @@ def engine_mapping(engine_keys: list[int], request_keys: list[int]) -> list[tupl
     with ``n = max(|E|, |R|)``, position ``i`` pairs ``E[i*|E|//n]`` with ``R[i*|R|//n]``.
 
     Raises:
-        ValueError: the counts are not an integral ratio (they must cover the same tokens).
+        ValueError: a key that is not a u64; the counts are not an integral ratio (they must
+            cover the same tokens).
 
     Example:
         >>> engine_mapping([500], [5000, 5001])
         [(500, 5000, 0), (500, 5001, 1)]
     """
-    map_engine_to_request_keys(engine_keys, request_keys)  # checks the ratio
+    map_engine_to_request_keys(engine_keys, request_keys)  # checks the keys and the ratio
+    return _positions(engine_keys, request_keys)
+
+
+def _positions(engine_keys: list[int], request_keys: list[int]) -> list[tuple[int, int, int]]:
+    """:func:`engine_mapping` of checked keys."""
     n_e, n_r = len(engine_keys), len(request_keys)
+    if n_e == n_r:
+        return list(zip(engine_keys, request_keys, range(n_e)))
+    check_key_counts(n_e, n_r)
     n = max(n_e, n_r)
     return [(engine_keys[i * n_e // n], request_keys[i * n_r // n], i) for i in range(n)]
 
@@ -124,7 +133,7 @@ class Index(ABC):
         """
         keys = check_keys("request_keys", request_keys)
         checked = check_entries(entries, self.tiers)
-        triples = None if engine_keys is None else engine_mapping(check_keys("engine_keys", engine_keys), keys)
+        triples = None if engine_keys is None else _positions(check_keys("engine_keys", engine_keys), keys)
         if parent is not None:
             parent = check_u64("parent", parent)
         self._add(triples, keys, checked, parent)

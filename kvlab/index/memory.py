@@ -97,14 +97,15 @@ class InMemoryIndex(Index):
             else:
                 engine.move_to_end(engine_key)
             positions[request_key] = position
+        fresh = entries[-self.pod_cache_size:]  # what adding them one by one leaves in a new key
         for key in request_keys:
             held = data.get(key)
             if held is None:
-                held = data[key] = {}
+                data[key] = dict.fromkeys(fresh)
                 if len(data) > self.size:
                     cached.pop(data.popitem(last=False)[0], None)
-            else:
-                data.move_to_end(key)
+                continue
+            data.move_to_end(key)
             for entry in entries:
                 if entry in held:
                     del held[entry]  # re-inserted below: the most recently added
