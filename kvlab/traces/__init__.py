@@ -8,6 +8,7 @@ name                   what
 :func:`load_mooncake`  Mooncake FAST'25 JSONL (512-token chained hash ids)
 :func:`chat_sessions`  shared system prompt + multi-turn chat sessions
 :func:`zipf_objects`   one-object requests from a bounded Zipf distribution
+:func:`rag`            Opal's RAG workload: system prompt + k reused documents
 :class:`FlatTrace`     CSR form for the kernels (offsets + dense block ids)
 =====================  ======================================================
 """
@@ -16,6 +17,7 @@ from kvlab.traces.errors import TraceFormatError
 from kvlab.traces.flat import FlatTrace
 from kvlab.traces.load import load_trace
 from kvlab.traces.mooncake import MOONCAKE_BLOCK_SIZE, load_mooncake
+from kvlab.traces.rag import rag
 from kvlab.traces.synthetic import ChatWorkload, chat_sessions, zipf_objects
 from kvlab.traces.trace import Trace, TraceStats
 
@@ -29,5 +31,6 @@ __all__ = [
     "chat_sessions",
     "load_mooncake",
     "load_trace",
+    "rag",
     "zipf_objects",
 ]
