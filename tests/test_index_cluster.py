@@ -71,7 +71,7 @@ def test_other_scorers_plug_in(conversation_head: tuple) -> None:
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"n_pods": 0}, "n_pods"), ({"capacity_blocks": -1}, "capacity_blocks"), ({"scorer": "llmd"}, "scorer"),
-    ({"faults": 0.05}, "faults"),
+    ({"faults": 0.05}, "faults"), ({"seed": "x"}, "seed"),
 ])
 def test_bad_arguments_name_the_field(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -84,3 +84,12 @@ def test_bad_requests_are_refused() -> None:
         route_requests([0.0], tokens)
     with pytest.raises(ValueError, match=r"arrival_s\[1\] = 1.0 is before"):
         route_requests([2.0, 1.0], tokens)
+    for bad in (float("nan"), -5.0, "1"):
+        with pytest.raises(ValueError, match=r"arrival_s\[1\] must be a finite number >= 0"):
+            route_requests([0.0, bad], tokens)
+
+
+def test_a_prompt_larger_than_the_pod_is_flagged_not_served() -> None:
+    frame = route_requests([0.0, 1.0], [np.arange(8, dtype=np.uint32), np.arange(4, dtype=np.uint32)],
+                           capacity_blocks=1, block_size_tokens=4)
+    assert frame["admitted"].to_list() == [False, True] and frame["hit_blocks"].to_list() == [0, 0]

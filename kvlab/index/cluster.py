@@ -120,7 +120,8 @@ def route_requests(arrival_s: Sequence[float], token_ids: Sequence[np.ndarray], 
         (served from cache), ``wrong`` (``true < best``), ``prompt_blocks``.
 
     Raises:
-        ValueError: mismatched lengths, time going back, a bad count or scorer.
+        ValueError: mismatched lengths, an arrival time that is not a finite number >= 0 or
+            goes back, a bad count, scorer, fault injector or seed.
 
     Example:
         >>> from kvlab.traces import load_trace
@@ -140,6 +141,8 @@ def route_requests(arrival_s: Sequence[float], token_ids: Sequence[np.ndarray], 
         raise ValueError(f"scorer must be a kvlab.index Scorer, got {type(scorer).__name__}")
     if faults is not None and not isinstance(faults, FaultInjector):
         raise ValueError(f"faults must be a FaultInjector or None, got {type(faults).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     pods = [f"pod-{i}" for i in range(int(n_pods))]
     engine_hasher = get_hasher("vllm", block_size=int(block_size_tokens))
     managers = {}
@@ -154,8 +157,10 @@ def route_requests(arrival_s: Sequence[float], token_ids: Sequence[np.ndarray], 
     rows = []
     last_s = -np.inf
     for r, (t, tokens) in enumerate(zip(arrival_s, token_ids)):
+        if isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating)) or not 0 <= t < np.inf:
+            raise ValueError(f"arrival_s[{r}] must be a finite number >= 0 (seconds), got {t!r}")
         t = float(t)
-        if not t >= last_s:
+        if t < last_s:
             raise ValueError(f"arrival_s[{r}] = {t} is before arrival_s[{r - 1}] = {last_s}")
         last_s = t
         while pending and pending[0][0] <= t:
@@ -168,11 +173,13 @@ def route_requests(arrival_s: Sequence[float], token_ids: Sequence[np.ndarray], 
         credited = _index_prefix_blocks(keys, index, pod)
         true = {p: _cached_prefix_blocks(engine_keys, managers[p]) for p in pods}
         hit_blocks = 0
+        admitted = True
         if len(tokens):
             manager = managers[pod]
             request = Request.from_tokens(f"r{r}", tokens, engine_hasher)
             blocks, n_hit = manager.get_computed_blocks(request)
-            if manager.allocate_slots(request, request.num_tokens - n_hit, n_hit, blocks) is not None:
+            admitted = manager.allocate_slots(request, request.num_tokens - n_hit, n_hit, blocks) is not None
+            if admitted:
                 hit_blocks = len(blocks)
                 manager.free(request)
             events = manager.take_events()
@@ -184,7 +191,8 @@ def route_requests(arrival_s: Sequence[float], token_ids: Sequence[np.ndarray], 
                     heapq.heappush(pending, (d.delivered_s, len(rows) * 4 + int(d.copy), d))
         rows.append({"arrival_s": t, "pod": pod, "index_prefix_blocks": credited, "true_prefix_blocks": true[pod],
                      "best_true_prefix_blocks": max(true.values()), "hit_blocks": hit_blocks,
-                     "wrong": true[pod] < max(true.values()), "prompt_blocks": len(keys)})
+                     "wrong": true[pod] < max(true.values()), "prompt_blocks": len(keys), "admitted": admitted})
     return pl.DataFrame(rows, schema={"arrival_s": pl.Float64, "pod": pl.Utf8, "index_prefix_blocks": pl.Int64,
                                       "true_prefix_blocks": pl.Int64, "best_true_prefix_blocks": pl.Int64,
-                                      "hit_blocks": pl.Int64, "wrong": pl.Boolean, "prompt_blocks": pl.Int64})
+                                      "hit_blocks": pl.Int64, "wrong": pl.Boolean, "prompt_blocks": pl.Int64,
+                                      "admitted": pl.Boolean})
