@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -181,6 +182,30 @@ def test_unreachable_redis_exit_2(capsys: pytest.CaptureFixture, event_file: Pat
     code, out, err = run(capsys, "events", "replay", str(event_file), "--backend", f"redis://127.0.0.1:{port}")
     assert (code, out) == (2, "")
     assert err.startswith(f"kvlab: error: cannot reach a Redis server at redis://127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize(("reply", "cause"), [
+    (b"HTTP/1.0 400 Bad request\r\n\r\n", "what answers there does not speak the Redis protocol (InvalidResponse"),
+    (None, "nothing answered PING within 2 s"),  # accepts connections, never replies
+])
+def test_a_port_that_does_not_talk_redis_exit_2(capsys: pytest.CaptureFixture, event_file: Path, reply: bytes | None,
+                                               cause: str) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        port = listener.getsockname()[1]
+
+        def answer() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(reply)
+
+        if reply is not None:
+            threading.Thread(target=answer, daemon=True).start()
+        code, out, err = run(capsys, "events", "replay", str(event_file), "--backend", f"redis://127.0.0.1:{port}")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"kvlab: error: cannot reach a Redis server at redis://127.0.0.1:{port}: {cause}")
 
 
 def test_replay_into_redis(capsys: pytest.CaptureFixture, event_file: Path, request: pytest.FixtureRequest) -> None:

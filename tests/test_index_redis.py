@@ -8,6 +8,9 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -207,8 +210,71 @@ def test_no_server_raises_connection_error_naming_the_url():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    with pytest.raises(ConnectionError, match=rf"redis://127\.0\.0\.1:{port} .*redis-server"):
+    with pytest.raises(ConnectionError, match=rf"^cannot reach a Redis server at redis://127\.0\.0\.1:{port}: the connection failed "
+                                                rf"\(ConnectionError: .*refused.*redis-server --port"):
         RedisIndex(f"127.0.0.1:{port}")
+
+
+@pytest.fixture
+def fake_server() -> Iterator:
+    """``start(reply) -> port``: a loopback server answering every request with ``reply``
+    bytes (``None``: it accepts connections into its backlog and never reads or replies)."""
+    sockets = []
+
+    def start(reply: bytes | None) -> int:
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        sockets.append(listener)
+
+        def serve() -> None:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:  # closed at teardown
+                    return
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(reply)
+
+        if reply is not None:
+            threading.Thread(target=serve, daemon=True).start()
+        return listener.getsockname()[1]
+
+    yield start
+    for listener in sockets:
+        listener.close()
+
+
+@pytest.mark.parametrize(("reply", "cause"), [
+    (b"HTTP/1.0 400 Bad request\r\n\r\n", r"what answers there does not speak the Redis protocol \(InvalidResponse: "),
+    (b"-ERR unknown command 'PING'\r\n", r"the server refused PING \(ResponseError: unknown command"),
+    (None, r"nothing answered PING within 0\.2 s; .* \(TimeoutError: "),
+])
+def test_a_port_that_does_not_talk_redis_raises_connection_error_naming_the_url(fake_server, reply, cause):
+    port = fake_server(reply)
+    started = time.monotonic()
+    with pytest.raises(ConnectionError, match=rf"^cannot reach a Redis server at redis://127\.0\.0\.1:{port}: {cause}"):
+        RedisIndex(f"redis://127.0.0.1:{port}", connect_timeout_s=0.2)
+    assert time.monotonic() - started < 1.5  # one PING, no retries
+
+
+def test_a_passed_in_client_that_cannot_ping_raises_connection_error(fake_server):
+    client = redis.Redis(port=fake_server(b"HTTP/1.0 400 Bad request\r\n\r\n"))
+    with pytest.raises(ConnectionError, match="does not speak the Redis protocol"):
+        RedisIndex(client)
+    client.close()
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"connect_timeout_s": 0}, "connect_timeout_s must be a finite number > 0, got 0"),
+    ({"connect_timeout_s": float("inf")}, "connect_timeout_s must be a finite number > 0, got inf"),
+    ({"connect_timeout_s": True}, "connect_timeout_s must be a finite number > 0, got True"),
+    ({"url": "redis://h:abc"}, "url 'redis://h:abc': Port could not be cast to integer"),
+])
+def test_bad_connection_arguments_raise_value_error(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        RedisIndex(**kwargs)
 
 
 def test_local_server_stops_and_missing_executable_says_how_to_install(redis_server):

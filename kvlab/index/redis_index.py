@@ -21,6 +21,7 @@ notebooks, tests and benchmarks.
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import socket
@@ -32,12 +33,16 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from kvlab.index.base import Index, entry_sort_key
 from kvlab.index.types import ENGINE_KEY, KNOWN_TIERS, PodEntry
 
 #: The address llm-d's Redis backend uses when none is configured (rule L13).
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379"
+#: Seconds :class:`RedisIndex` waits for a server to accept its connection and answer ``PING``.
+DEFAULT_CONNECT_TIMEOUT_S = 2.0
 #: Keys asked per ``SCAN`` call by :meth:`RedisIndex.clear` (llm-d's batch).
 SCAN_BATCH_KEYS = 1024
 _SCHEMES = {"redis": "redis", "rediss": "rediss", "unix": "unix", "valkey": "redis", "valkeys": "rediss"}
@@ -89,6 +94,21 @@ def redis_url(address: str) -> str:
     return f"{_SCHEMES[scheme.lower()]}://{rest}"
 
 
+def _unreachable(url: str, err: BaseException, timeout_s: float) -> str:
+    """The message of a failed construction ``PING`` at ``url``: refused, timed out, not Redis."""
+    if isinstance(err, redis.exceptions.TimeoutError):
+        why = (f"nothing answered PING within {timeout_s:g} s; something there accepts connections "
+               "but does not reply as Redis (raise connect_timeout_s for a slow server)")
+    elif isinstance(err, redis.exceptions.InvalidResponse):
+        why = "what answers there does not speak the Redis protocol"
+    elif isinstance(err, redis.exceptions.ResponseError):
+        why = "the server refused PING"
+    else:
+        why = "the connection failed"
+    return (f"cannot reach a Redis server at {url}: {why} ({type(err).__name__}: {err}); start one (e.g. "
+            "`redis-server --port 6379`, or kvlab.index.LocalRedisServer()) or pass another url")
+
+
 class RedisIndex(Index):
     """A cluster-global KV block index kept in Redis with llm-d's layout (rule L13).
 
@@ -102,6 +122,10 @@ class RedisIndex(Index):
         namespace: a prefix for every key this index writes, e.g. ``"kvlab:"``; it must
             not end with a digit (``"a1"`` + ``"23"`` would read as ``"a"`` + ``"123"``).
         tiers: the tier names entries may carry (default ``KNOWN_TIERS``).
+        connect_timeout_s: seconds to wait for the server to accept the connection, and
+            for its answer to the ``PING`` made here (default
+            :data:`DEFAULT_CONNECT_TIMEOUT_S`); later commands wait without limit. A
+            client passed in is pinged with its own timeouts.
 
     Attributes:
         client: the ``redis.Redis`` client (bytes responses), for raw inspection.
@@ -109,8 +133,12 @@ class RedisIndex(Index):
         namespace: the key prefix.
 
     Raises:
-        ValueError: a bad ``url`` (see :func:`redis_url`), ``namespace`` or ``tiers``.
-        ConnectionError: no Redis server answers at ``url`` (the message names it).
+        ValueError: a bad ``url`` (see :func:`redis_url`), ``namespace``, ``tiers`` or
+            ``connect_timeout_s``.
+        ConnectionError: (the built-in) any failure to talk Redis with ``url`` at the
+            ``PING``: connection refused, no answer within ``connect_timeout_s``, an answer
+            that is not Redis protocol (e.g. an HTTP server), a refused ``PING`` (e.g.
+            authentication required). The message names the URL and the cause.
 
     Example (a throw-away server; ``redis-server`` must be installed):
         >>> with LocalRedisServer() as server, RedisIndex(server.url, namespace="doc:") as index:
@@ -122,23 +150,33 @@ class RedisIndex(Index):
     """
 
     def __init__(self, url: str | redis.Redis = DEFAULT_REDIS_URL, *, namespace: str = "",
-                 tiers: Iterable[str] = KNOWN_TIERS) -> None:
+                 tiers: Iterable[str] = KNOWN_TIERS, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
         super().__init__(tiers=tiers)
         if not isinstance(namespace, str) or namespace[-1:].isdigit():
             raise ValueError(f"namespace must be a string not ending with a digit, got {namespace!r}")
+        if (isinstance(connect_timeout_s, bool) or not isinstance(connect_timeout_s, (int, float))
+                or not 0 < connect_timeout_s < math.inf):
+            raise ValueError(f"connect_timeout_s must be a finite number > 0, got {connect_timeout_s!r}")
         if isinstance(url, redis.Redis):
             self.client, self.url, self._owns_client = url, repr(url), False
+            probe = url
         else:
             self.url = redis_url(url)
-            self.client = redis.Redis.from_url(self.url, socket_connect_timeout=5.0)
+            try:
+                self.client = redis.Redis.from_url(self.url, socket_connect_timeout=connect_timeout_s)
+                probe = redis.Redis.from_url(self.url, socket_connect_timeout=connect_timeout_s,
+                                             socket_timeout=connect_timeout_s, retry=Retry(NoBackoff(), 0))
+            except ValueError as err:  # e.g. a port that is not a number
+                raise ValueError(f"url {self.url!r}: {err}") from None
             self._owns_client = True
         try:
-            self.client.ping()
-        except redis.exceptions.ConnectionError as err:
+            probe.ping()
+        except redis.exceptions.RedisError as err:
             self.close()
-            raise ConnectionError(f"cannot reach a Redis server at {self.url} ({err}); start one (e.g. "
-                                  "`redis-server --port 6379`, or kvlab.index.LocalRedisServer()) or pass "
-                                  "another url") from None
+            raise ConnectionError(_unreachable(self.url, err, connect_timeout_s)) from None
+        finally:
+            if probe is not url:
+                probe.close()
         self.namespace = namespace
         self._prefix = namespace.encode()
         self._engine_prefix = (namespace + "engine:").encode()
