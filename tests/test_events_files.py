@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -194,6 +196,27 @@ def test_bad_messages_leave_no_file(tmp_path: Path, messages: list, message: str
         write_event_file(path, b"frames")
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_a_written_file_gets_the_mode_of_a_new_file(tmp_path: Path, umask: int) -> None:
+    previous = os.umask(umask)
+    try:
+        write_event_file(tmp_path / "new.kvev", [[b"a"]])
+        (tmp_path / "plain").write_bytes(b"")  # what open() makes under the same umask
+    finally:
+        os.umask(previous)
+    mode = stat.S_IMODE((tmp_path / "new.kvev").stat().st_mode)
+    assert mode == 0o666 & ~umask == stat.S_IMODE((tmp_path / "plain").stat().st_mode)
+
+
+def test_writing_onto_a_folder_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    with pytest.raises(ValueError) as info:
+        write_event_file(tmp_path / "out", [[b"a"]])
+    assert str(info.value) == f"cannot write {tmp_path / 'out'}: it is a folder (give a file path, e.g. " \
+                              f"{tmp_path / 'out' / 'stream.kvev'})"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] and not any((tmp_path / "out").iterdir())
+
+
 # ---- the JSON description -------------------------------------------------------------------
 
 DESCRIPTION = [
@@ -256,7 +279,7 @@ def stored_with(**changes: object) -> list[dict]:
                     "got ''"),
     (msg(seq=-1), "messages[1].seq must be an integer in [0, 2**64), got -1"),
     (msg(seq=True), "messages[1].seq must be an integer in [0, 2**64), got True"),
-    (msg(ts=-2), "messages[1].ts must be a finite number >= 0 (seconds since the epoch), got -2"),
+    (msg(ts=-2), "messages[1].ts must be a finite number in [0, 2**64) (seconds since the epoch), got -2"),
     (msg(data_parallel_rank=-1), "messages[1].data_parallel_rank must be None or an integer >= 0 (and < 2**64), "
                                  "got -1"),
     (msg(events={}), "messages[1].events must be a list, got dict {}"),
@@ -266,7 +289,16 @@ def stored_with(**changes: object) -> list[dict]:
     (msg(events=[{"type": "AllBlocksCleared", "tier": "CPU"}]),
      "messages[1].events[0]: AllBlocksCleared has no field 'tier' (fields: medium)"),
     (msg(events=[{"type": "BlockStored", "block_hashes": [1]}]),
-     "messages[1].events[0]: BlockStored needs 'token_ids', 'block_size'"),
+     "messages[1].events[0]: BlockStored needs 'token_ids', 'block_size' (use \"token_ids\": [] for a tier update)"),
+    (msg(events=[{"type": "BlockStored", "block_hashes": [1], "block_size": 4, "medium": "CPU"}]),
+     "messages[1].events[0]: BlockStored needs 'token_ids' (use \"token_ids\": [] for a tier update)"),
+    (msg(events=[{"type": "BlockRemoved"}]), "messages[1].events[0]: BlockRemoved needs 'block_hashes'"),
+    (stored_with(medium=""), "messages[1].events[1].medium must be null or a non-empty string (a tier such as "
+                             "\"GPU\"), got ''"),
+    (msg(events=[{"type": "BlockRemoved", "block_hashes": [1], "medium": ""}]),
+     "messages[1].events[0].medium must be null or a non-empty string (a tier such as \"GPU\"), got ''"),
+    (msg(events=[{"type": "AllBlocksCleared", "medium": ""}]),
+     "messages[1].events[0].medium must be null or a non-empty string (a tier such as \"GPU\"), got ''"),
     (stored_with(block_size=0), "messages[1].events[1].block_size must be an integer >= 1, got 0"),
     (stored_with(block_size=4.0), "messages[1].events[1].block_size must be an integer >= 1, got 4.0"),
     (stored_with(token_ids=[1, 2]), "messages[1].events[1].token_ids has 2 tokens but 1 block_hashes x block_size 4 "

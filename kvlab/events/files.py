@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -88,7 +88,8 @@ def write_event_file(path: str | os.PathLike, messages: Iterable[EventMessage], 
     """Write ``messages``, in order, as an event file (format in the module docstring).
 
     The file is written to a temporary name beside ``path`` and renamed when complete, so
-    a bad message leaves no partial file (and an existing ``path`` untouched).
+    a bad message leaves no partial file (and an existing ``path`` untouched). The file
+    gets the mode of any new file (``0o666`` less the umask, e.g. ``0o644``).
 
     Args:
         path: the file to (over)write.
@@ -103,13 +104,15 @@ def write_event_file(path: str | os.PathLike, messages: Iterable[EventMessage], 
         ValueError: naming the message index: not a frame list or a tuple, no frames or
             more than :data:`MAX_FRAMES_PER_MESSAGE`, a frame that is not bytes-like or
             is 4 GiB or larger, a tuple :func:`~kvlab.events.encode_frames` refuses (bad
-            topic, seq or layout). ``messages`` not iterable.
+            topic, seq or layout). ``messages`` not iterable. ``path`` is a folder.
         OSError: the folder does not exist or is not writable.
     """
     if isinstance(messages, (bytes, bytearray, memoryview, str)) or not isinstance(messages, Iterable):
         raise ValueError(f"messages must be an iterable of messages, got {type(messages).__name__}")
     path = Path(path)
-    handle = tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=f".{path.name}.", delete=False)
+    if path.is_dir():
+        raise ValueError(f"cannot write {path}: it is a folder (give a file path, e.g. {path / 'stream.kvev'})")
+    handle, temporary = _create_temporary(path)
     try:
         with handle:
             handle.write(MAGIC)
@@ -120,11 +123,20 @@ def write_event_file(path: str | os.PathLike, messages: Iterable[EventMessage], 
                 for frame in frames:
                     handle.write(len(frame).to_bytes(4, "big"))
                     handle.write(frame)
-        os.replace(handle.name, path)
+        os.replace(temporary, path)
     except BaseException:
-        os.unlink(handle.name)
+        os.unlink(temporary)
         raise
     return count
+
+
+def _create_temporary(path: Path) -> tuple[BinaryIO, Path]:
+    """A new hidden file beside ``path`` (random name, created exclusively), open for
+    writing, with the mode of any new file: ``0o666`` less the umask (the usual
+    :func:`tempfile.mkstemp` would make it ``0o600``)."""
+    temporary = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    return os.fdopen(descriptor, "wb"), temporary
 
 
 class _Reader:
@@ -265,7 +277,10 @@ def _parse_event(path: str, raw: object) -> object:
         raise ValueError(f"{path}: {tag} has no field {unknown[0]!r} (fields: {', '.join(names) or 'none'})")
     missing = [name for name in _JSON_REQUIRED[tag] if name not in raw]
     if missing:
-        raise ValueError(f"{path}: {tag} needs {', '.join(map(repr, missing))}")
+        hint = ' (use "token_ids": [] for a tier update)' if "token_ids" in missing else ""
+        raise ValueError(f"{path}: {tag} needs {', '.join(map(repr, missing))}{hint}")
+    if raw.get("medium") == "":  # the event classes take it (vLLM's decoder does); tier_of_medium refuses it
+        raise ValueError(f'{path}.medium must be null or a non-empty string (a tier such as "GPU"), got \'\'')
     values = {name: _from_json(f"{path}.{name}", raw.get(name)) for name in names}
     try:
         return cls(**values)
@@ -296,8 +311,10 @@ def parse_event_description(description: object) -> list[tuple[str, int, EventBa
                     {"type": "AllBlocksCleared"}]}
 
     Event fields are the dataclasses' (:class:`~kvlab.events.BlockStored` ...); a
-    BlockStored needs ``block_hashes``, ``token_ids`` and ``block_size``, a BlockRemoved
-    ``block_hashes``; every other field defaults to null. A digest-bytes hash (or any
+    BlockStored needs ``block_hashes``, ``token_ids`` and ``block_size`` (a tier update,
+    llm-d rule L17, gives ``"token_ids": []``), a BlockRemoved ``block_hashes``; every
+    other field defaults to null. A ``medium`` is null or a non-empty string: the event
+    classes take ``""`` as vLLM's decoder does, but no index tier has that name. A digest-bytes hash (or any
     bytes value) is written ``{"bytes_hex": "..."}``. Sequence numbers are per pod, as
     llm-d tracks them: an explicit ``seq`` (e.g. to leave a gap) restarts the pod's count.
 
@@ -308,8 +325,8 @@ def parse_event_description(description: object) -> list[tuple[str, int, EventBa
         ValueError: naming the JSON path and value, e.g.
             ``messages[3].events[1].block_size must be an integer >= 1, got 0``: not a
             list, an unknown or missing key, an empty pod or model, a pod holding ``@``
-            (llm-d splits the topic at the first two), a seq outside ``[0, 2**64)``, an unknown event type, any value the
-            event classes refuse.
+            (llm-d splits the topic at the first two), a seq outside ``[0, 2**64)``, an unknown event type,
+            an empty ``medium``, any value the event classes refuse.
 
     Example:
         >>> parse_event_description([{"pod": "p", "model": "m", "events": [{"type": "AllBlocksCleared"}]},

@@ -336,6 +336,19 @@ VLLM_FIELDS: dict[type, tuple[str, ...]] = {
 }
 
 
+#: The bound on :attr:`EventBatch.ts` (exclusive), as a float: what the wire's float64 carries and
+#: decodes back (an int just below 2**64 rounds up to it, so it is refused too).
+_TS_LIMIT_S = float(2**64)
+
+
+def _as_float(value: int | float) -> float:
+    """``float(value)``; an int too large for a float is infinite."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 @dataclass(frozen=True)
 class EventBatch:
     """The events one engine step published, as one message.
@@ -344,15 +357,15 @@ class EventBatch:
     SGLang's ``attn_dp_rank`` fills the same slot, §5).
 
     Attributes:
-        ts: publish time, seconds since the epoch (``time.time()``), finite and >= 0;
-            ints are stored as float.
+        ts: publish time, seconds since the epoch (``time.time()``), in ``[0, 2**64)``
+            once stored as a float (an int is converted first).
         events: the events, in order.
         data_parallel_rank: the publishing DP rank (>= 0); vLLM's publisher always sets
             it (0 by default); ``None`` only for a batch sent without it.
 
     Raises:
-        ValueError: ``ts`` not a finite number >= 0 (negative, NaN, infinite, not a
-            number), an item of ``events`` that is not a KV
+        ValueError: ``ts`` not a finite number in ``[0, 2**64)`` (negative, NaN,
+            infinite, 2**64 or more, not a number), an item of ``events`` that is not a KV
             event, a negative or non-integer ``data_parallel_rank``.
 
     Example:
@@ -368,14 +381,14 @@ class EventBatch:
     def __post_init__(self) -> None:
         ts = self.ts
         numeric = isinstance(ts, (int, float, np.integer, np.floating)) and not isinstance(ts, bool)
-        if not numeric or abs(ts) > _U64_MAX or not math.isfinite(ts) or ts < 0:
-            raise ValueError(f"ts must be a finite number >= 0 (seconds since the epoch), got {ts!r}")
+        if not numeric or not 0 <= _as_float(ts) < _TS_LIMIT_S:  # NaN fails the comparison
+            raise ValueError(f"ts must be a finite number in [0, 2**64) (seconds since the epoch), got {ts!r}")
         events = _as_tuple("events", self.events)
         for i, event in enumerate(events):
             if not isinstance(event, EVENT_TYPES):
                 raise ValueError(f"events[{i}] must be a BlockStored, BlockRemoved or AllBlocksCleared, "
                                  f"got {type(event).__name__} {event!r}")
-        object.__setattr__(self, "ts", float(ts))
+        object.__setattr__(self, "ts", _as_float(ts))
         object.__setattr__(self, "events", events)
         object.__setattr__(self, "data_parallel_rank",
                            _check_opt_int("data_parallel_rank", self.data_parallel_rank, 0))
