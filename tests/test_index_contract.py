@@ -303,6 +303,39 @@ def test_in_memory_bad_capacity_names_the_field(kwargs, field):
         InMemoryIndex(**kwargs)
 
 
+def test_a_tier_named_twice_is_refused_naming_it(index_factory):
+    with pytest.raises(ValueError) as info:
+        index_factory(tiers=["gpu", "cpu", "gpu"])
+    assert str(info.value) == "tiers lists 'gpu' twice, got ['gpu', 'cpu', 'gpu']"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"pod": ""}, "PodEntry.pod must be a non-empty string, got ''"),
+    ({"pod": "p", "tier": ""}, "PodEntry.tier must be a non-empty string, got ''"),
+    ({"pod": "p", "speculative": 1}, "PodEntry.speculative must be a bool, got 1"),
+    ({"pod": "p", "group": -1}, "PodEntry.group must be None or an integer in [0, 2**64), got -1"),
+    ({"pod": "p", "group": 2**64}, "PodEntry.group must be None or an integer in [0, 2**64), got 18446744073709551616"),
+    ({"pod": "p", "group": 2**70}, "PodEntry.group must be None or an integer in [0, 2**64), got 1180591620717411303424"),
+    ({"pod": "p", "group": True}, "PodEntry.group must be None or an integer in [0, 2**64), got True"),
+    ({"pod": "p", "group": 1.0}, "PodEntry.group must be None or an integer in [0, 2**64), got 1.0"),
+])
+def test_pod_entry_refuses_bad_fields_naming_them(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        PodEntry(**kwargs)
+    assert str(info.value) == message
+
+
+def test_pod_entry_group_takes_what_an_event_group_idx_takes():
+    """Events carry group_idx in [0, 2**64) (kvlab.events); every such group makes an entry."""
+    from kvlab.events import BlockRemoved
+
+    top = BlockRemoved([1], "GPU", group_idx=2**64 - 1).group_idx
+    entry = PodEntry("p", group=top)
+    assert entry.group == 2**64 - 1 and PodEntry.from_json(entry.to_json()) == entry
+    with pytest.raises(ValueError, match="group_idx"):
+        BlockRemoved([1], "GPU", group_idx=2**64)
+
+
 def test_custom_tiers(index_factory):
     index = index_factory(tiers=("gpu", "hbm"))
     index.add([1], [10], [PodEntry("p", "HBM")])

@@ -84,8 +84,8 @@ class Index(ABC):
     this class validates input and keeps speculative entries' TTLs on a logical clock.
 
     Args:
-        tiers: the tier names entries may carry (lower-case); an entry with another
-            tier raises ``ValueError``. Default :data:`~kvlab.index.types.KNOWN_TIERS`.
+        tiers: the tier names entries may carry (lower-case, each once); an entry with
+            another tier raises ``ValueError``. Default :data:`~kvlab.index.types.KNOWN_TIERS`.
 
     Example (with the in-memory backend):
         >>> from kvlab.index import InMemoryIndex, PodEntry
@@ -107,6 +107,9 @@ class Index(ABC):
                 raise ValueError(f"tier names must be non-empty lower-case strings, got {name!r}")
         if not names:
             raise ValueError("tiers must name at least one tier")
+        repeated = next((name for i, name in enumerate(names) if name in names[:i]), None)
+        if repeated is not None:
+            raise ValueError(f"tiers lists {repeated!r} twice, got {list(names)}")
         self.tiers = names
         self._speculative: list[tuple[float, int, int, PodEntry]] = []  # heap: (expiry, seq, key, entry)
         self._speculative_seq = 0

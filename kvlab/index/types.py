@@ -59,12 +59,12 @@ class PodEntry:
         tier: the device tier, lower-cased on construction (``"GPU"`` → ``"gpu"``).
         speculative: added by a router right after a routing decision, before the
             pod's own events confirm it (rule L16).
-        group: the KV-cache group index (>= 0), or ``None`` for an entry without one
-            (llm-d ``HasGroup=false``).
+        group: the KV-cache group index, in ``[0, 2**64)`` as an event's ``group_idx``,
+            or ``None`` for an entry without one (llm-d ``HasGroup=false``).
 
     Raises:
         ValueError: naming the field and value: an empty or non-string pod or tier, a
-            non-bool ``speculative``, a negative or non-integer group.
+            non-bool ``speculative``, a group that is not an integer in ``[0, 2**64)``.
 
     Example:
         >>> a = PodEntry("pod-a", "GPU")
@@ -89,8 +89,9 @@ class PodEntry:
         if not isinstance(self.speculative, (bool, np.bool_)):
             raise ValueError(f"PodEntry.speculative must be a bool, got {self.speculative!r}")
         group = self.group
-        if group is not None and (isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group < 0):
-            raise ValueError(f"PodEntry.group must be None or an integer >= 0, got {group!r}")
+        if group is not None and (isinstance(group, bool) or not isinstance(group, (int, np.integer))
+                                  or not 0 <= group <= U64_MASK):
+            raise ValueError(f"PodEntry.group must be None or an integer in [0, 2**64), got {group!r}")
         object.__setattr__(self, "tier", self.tier.lower())
         object.__setattr__(self, "speculative", bool(self.speculative))
         object.__setattr__(self, "group", None if group is None else int(group))
