@@ -312,6 +312,16 @@ def test_dynamo_pure_load_balancing_ties_go_to_the_smallest_tree():
     assert scorer.score(keys, index) == {"W1": 3.0}  # no pods, no loads: the pods holding key 0
 
 
+def test_dynamo_without_pods_scores_the_loads_pods_and_every_pod_holding_the_prefix():
+    keys = [1, 2, 3, 4]
+    index = build(InMemoryIndex, [(keys[:2], [gpu("pod-b"), gpu("pod-a")]), (keys[1:], [gpu("pod-c")])])
+    loads = {"pod-z": PodLoad(active_blocks=1), "pod-b": PodLoad(active_blocks=2)}
+    # prefill = 4 - overlap, decode = active + 4; pod-c misses key 0 (no overlap) and has no load: not scored
+    assert DynamoCostScorer().score(keys, index, loads=loads) == {"pod-z": 9.0, "pod-b": 8.0, "pod-a": 6.0}
+    assert list(DynamoCostScorer().score(keys, index, loads=loads)) == ["pod-z", "pod-b", "pod-a"]
+    assert DynamoCostScorer().score(keys, index, ["pod-c", "pod-z"], loads=loads) == {"pod-c": 8.0, "pod-z": 9.0}
+
+
 def test_t_d11_2026_formula_shared_cache_credit():
     # upstream selector test: W0 caches 2 of 4 on device, the shared store holds all 4
     w0 = dynamo_cost_2026(4, 0, device_overlap_blocks=2, shared_beyond_blocks=2, shared_cache_multiplier=0.5)
@@ -392,7 +402,11 @@ def test_registry_and_the_common_contract():
     for name in SCORERS:
         scorer = get_scorer(name)
         assert scorer.select([1, 2], index, [], rng=np.random.default_rng(0)) is None
-        assert scorer.select([1, 2], index, [A, A], rng=np.random.default_rng(0)) == A
+        twice = f"pods lists {A!r} twice \\(pods\\[0\\] and pods\\[2\\]\\)"
+        with pytest.raises(ValueError, match=f"^{twice}$"):
+            scorer.select([1, 2], index, [A, "b", A], rng=np.random.default_rng(0))
+        with pytest.raises(ValueError, match=f"^{twice}$"):
+            scorer.score([1, 2], index, [A, "b", A])
         with pytest.raises(ValueError, match="rng"):
             scorer.select([1, 2], index, [A], rng=0)
         with pytest.raises(ValueError, match="pods"):

@@ -158,11 +158,12 @@ class Scorer(ABC):
         Args:
             request_keys: u64 request keys in block order; empty is allowed (rule L20).
             index: any :class:`~kvlab.index.Index` backend.
-            pods: the pods to score, or ``None`` for every pod in the index.
+            pods: the pods to score (each once), or ``None`` for every pod in the index.
             loads: ``{pod: PodLoad}`` for load-aware scorers.
 
         Raises:
-            ValueError: a bad key, ``pods`` a string or holding a non-string, bad ``loads``.
+            ValueError: a bad key, ``pods`` a string, holding a non-string or naming a pod
+                twice, bad ``loads``.
         """
         keys = check_keys("request_keys", request_keys, allow_empty=True)
         pod_list = None if pods is None else check_pod_list(pods)
@@ -282,7 +283,9 @@ class DynamoCostScorer(Scorer):
     key 0 (any tier, Part E choice 4): ``prefill_blocks = n - overlap + queued_prefill_blocks``
     and ``decode_blocks = active_blocks + n`` (:class:`PodLoad`; a pod without a load has
     zero load). Keys cover full blocks only, so this equals Dynamo's ``prefill tokens /
-    block size``. Scored pods: ``pods``, else those in ``loads``, else those holding key 0.
+    block size``. Scored pods: ``pods`` (in its order) when given; else the pods in ``loads``
+    (in its order) followed by the other pods holding key 0 (sorted) — Dynamo scores every
+    worker it knows, so a pod holding the prefix is never left out for lacking a load.
 
     Args:
         overlap_weight: ``overlap_score_weight`` (default 1.0; 0 = pure load balancing).
@@ -298,6 +301,8 @@ class DynamoCostScorer(Scorer):
         >>> loads = {"w0": PodLoad(active_blocks=3), "w1": PodLoad()}
         >>> DynamoCostScorer().score([1, 2, 3, 4], index, loads=loads)
         {'w0': 9.0, 'w1': 8.0}
+        >>> DynamoCostScorer().score([1, 2, 3, 4], index, loads={"w1": PodLoad()})  # w0 holds key 0: scored too
+        {'w1': 8.0, 'w0': 6.0}
     """
 
     name = "dynamo_cost"
@@ -312,7 +317,7 @@ class DynamoCostScorer(Scorer):
         """Costs of the scored pods, in their order."""
         loads = loads or {}
         overlap = prefix_weights(request_keys, hits, _count, pods)
-        candidates = pods or list(loads) or list(overlap)
+        candidates = pods or list(dict.fromkeys([*loads, *overlap]))  # overlap: the pods at key 0, sorted
         n = len(request_keys)
         costs = {}
         for pod in candidates:

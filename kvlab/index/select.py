@@ -80,17 +80,23 @@ def check_rng(rng: object) -> np.random.Generator:
 
 
 def check_pod_list(pods: object) -> list[str]:
-    """The routable pods as a list without repeats, in the caller's order.
+    """The routable pods as a list, in the caller's order, each named once (a repeat
+    would weigh a pod twice in a uniform draw).
 
     Raises:
-        ValueError: ``pods`` is a string or not a sequence, or holds an empty or non-string id.
+        ValueError: ``pods`` is a string or not a sequence, holds an empty or non-string id,
+            or names a pod twice (the message names it and both positions).
     """
     if isinstance(pods, (str, bytes)) or not isinstance(pods, (Sequence, np.ndarray)):
         raise ValueError(f"pods must be a sequence of pod identifiers, got {pods!r}")
-    for pod in pods:
+    first: dict[str, int] = {}
+    for i, pod in enumerate(pods):
         if not isinstance(pod, str) or not pod:
             raise ValueError(f"pod identifiers must be non-empty strings, got {pod!r}")
-    return list(dict.fromkeys(pods))
+        if pod in first:
+            raise ValueError(f"pods lists {pod!r} twice (pods[{first[pod]}] and pods[{i}])")
+        first[pod] = i
+    return list(first)
 
 
 def check_loads(loads: object) -> Mapping[str, PodLoad]:
