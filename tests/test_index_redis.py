@@ -171,6 +171,23 @@ def test_indexes_on_other_namespaces_do_not_see_each_other(redis_index_factory):
     assert raw_keys(root) >= {f"{first.namespace}100", f"{first.namespace}engine:1", "100", "engine:1"}
 
 
+def test_flush_deletes_only_this_index_keys_mappings_included(redis_index_factory):
+    index, longer, root = (redis_index_factory(namespace="f:"), redis_index_factory(namespace="f:b:"),
+                           redis_index_factory(namespace=""))
+    index.add([1, 2], [100, 200], [A])
+    index.add_speculative([300], "pod-b", now_s=0.0)
+    index.client.set("f:note", "kept")  # not of the layout: a foreign key under the prefix
+    longer.add([1], [100], [B])
+    root.add([1], [100], [B])
+    assert index.flush() == 5  # f:100, f:200, f:300, f:engine:1, f:engine:2
+    assert raw_keys(index) == {"f:note", "f:b:100", "f:b:engine:1"}
+    assert list(index.items()) == [] and index.get_request_key(1) is None and index.expire(10.0) == 0
+    assert dict(longer.items()) == {100: (B,)} and dict(root.items()) == {100: (B,)}
+    assert root.flush() == 2 and index.client.get("f:note") == b"kept" and dict(longer.items()) == {100: (B,)}
+    index.add([1], [100], [A])
+    assert index.lookup([100]) == {100: (A,)} and index.get_request_key(1) == 100
+
+
 def test_a_client_passed_in_is_used_and_left_open(redis_server):
     client = redis.Redis.from_url(redis_server.url)
     with RedisIndex(client, namespace="given:") as index:

@@ -46,6 +46,8 @@ DEFAULT_CONNECT_TIMEOUT_S = 2.0
 #: Keys asked per ``SCAN`` call by :meth:`RedisIndex.clear` (llm-d's batch).
 SCAN_BATCH_KEYS = 1024
 _SCHEMES = {"redis": "redis", "rediss": "rediss", "unix": "unix", "valkey": "redis", "valkeys": "rediss"}
+#: The URL schemes :func:`redis_url` takes (besides a plain ``host:port``).
+REDIS_URL_SCHEMES = tuple(f"{scheme}://" for scheme in _SCHEMES)
 _DECODED_CACHE_SIZE = 4096  # hash fields decoded, at most
 _SORTED_CACHE_SIZE = 1024  # field lists with their sorted entries, at most
 
@@ -211,6 +213,14 @@ class RedisIndex(Index):
         key = int(rest)
         return key if 0 < key < 2**64 else None
 
+    def _engine_key_of(self, name: bytes) -> int | None:
+        """The engine key an engine-set name holds, or ``None``."""
+        rest = name[len(self._engine_prefix):]
+        if not name.startswith(self._engine_prefix) or not rest.isdigit():
+            return None
+        key = int(rest)
+        return key if 0 < key < 2**64 else None
+
     def _entries(self, fields: list[bytes], pods: frozenset[str] | None = None) -> tuple[PodEntry, ...]:
         """The entries hash fields name (undecodable ones skipped, rule L13), of ``pods`` only
         (``None``: all), deduplicated and sorted by :func:`~kvlab.index.base.entry_sort_key`.
@@ -239,18 +249,44 @@ class RedisIndex(Index):
             self._decoded[field] = pair
         return pair
 
-    def _scan_request_names(self) -> Iterator[list[bytes]]:
-        """Batches of this namespace's request-key hash names (``SCAN MATCH <namespace>*``)."""
+    def _scan(self) -> Iterator[list[bytes]]:
+        """Batches of the key names under this namespace (``SCAN MATCH <namespace>*``), any kind."""
         match = re.sub(r"([*?\[\]\\])", r"\\\1", self.namespace) + "*"
         cursor = 0
         while True:
             cursor, names = self.client.scan(cursor, match=match, count=SCAN_BATCH_KEYS)
+            yield names
+            if cursor == 0:
+                return
+
+    def _scan_request_names(self) -> Iterator[list[bytes]]:
+        """Batches of this namespace's request-key hash names."""
+        for names in self._scan():
             names = [name for name in names
                      if not name.startswith(self._engine_prefix) and self._key_of(name) is not None]
             if names:
                 yield names
-            if cursor == 0:
-                return
+
+    def flush(self) -> int:
+        """Delete every key of this index: the request-key hashes ``<namespace><decimal>``
+        and engine sets ``<namespace>engine:<decimal>``, scanned in batches of
+        :data:`SCAN_BATCH_KEYS`; speculative expiry times are forgotten. Other keys stay,
+        those of a longer namespace too (``"kv:"`` leaves ``"kv:b:1"``), so with namespace
+        ``""`` only keys named as llm-d's layout names them go.
+
+        Unlike :meth:`clear` (one pod's entries; engine mappings stay, rule L8), this
+        empties the index, mappings included: a fresh start for a replay.
+
+        Returns:
+            The number of keys deleted.
+        """
+        deleted = 0
+        for names in self._scan():
+            mine = [name for name in names if self._key_of(name) is not None or self._engine_key_of(name) is not None]
+            if mine:
+                deleted += self.client.delete(*mine)
+        self._speculative.clear()
+        return deleted
 
     def _hkeys(self, names: list[bytes]) -> list[list[bytes]]:
         pipe = self.client.pipeline(transaction=False)
