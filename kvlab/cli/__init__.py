@@ -292,6 +292,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``kvlab`` command; returns the exit status."""
     args = build_parser().parse_args(argv)
+    status = 0
     try:
         if args.command == "info":
             cmd_info(args)
@@ -306,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "events":
             from kvlab.cli.events import run_events
 
-            run_events(args)
+            status = run_events(args)
         else:
             from kvlab.cli.demo import run_demo
 
@@ -314,5 +315,5 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"kvlab: error: {err}", file=sys.stderr)
         return 2
-    return 0
+    return status
 
