@@ -109,7 +109,8 @@ def test_base31_linearity_collision():
 
 
 @settings(max_examples=100, deadline=None)
-@given(hashes=st.lists(st.integers(0, U64 - 1), max_size=40), bits=st.integers(0, 5), dtype=st.sampled_from(["int32", "int64"]))
+@given(hashes=st.lists(st.integers(0, U64 - 1), max_size=40), bits=st.integers(0, 5),
+       dtype=st.sampled_from(["int32", "int64"]))
 def test_write_and_unique_hits_match_dict(hashes, bits, dtype):
     size = 1 << bits
     table = np.full(size, EMPTY, dtype=dtype)

@@ -160,8 +160,9 @@ def chunk_hashes(tokens: np.ndarray, k: int, base: int = BLEND_BASE) -> np.ndarr
 def _check_table(table: np.ndarray) -> None:
     size = table.shape[0] if isinstance(table, np.ndarray) and table.ndim == 1 else 0
     if size == 0 or size & (size - 1) or table.dtype not in (np.int32, np.int64):
+        shape, dtype = getattr(table, "shape", None), getattr(table, "dtype", None)
         raise ValueError("table must be a 1-D int32/int64 array whose size is a power of two, got "
-                         f"{type(table).__name__} shape {getattr(table, 'shape', None)} dtype {getattr(table, 'dtype', None)}")
+                         f"{type(table).__name__} shape {shape} dtype {dtype}")
 
 
 def write_table(hashes: np.ndarray, table: np.ndarray, ids: np.ndarray) -> None:
