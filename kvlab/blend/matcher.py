@@ -53,6 +53,11 @@ class BlendMatch(NamedTuple):
 
     ``old_st``/``old_ed``: where the chunk was registered; ``cur_st``/``cur_ed``: where it
     occurs in the query; ``storage_key``: the key its KV is stored under (the registered u64).
+
+    Example:
+        >>> m = BlendMatch(old_st=256, old_ed=512, cur_st=768, cur_ed=1024, storage_key=402)
+        >>> m.cur_st - m.old_st  # a shifted hit: its KV needs positional re-encoding (B19)
+        512
     """
 
     old_st: int
@@ -83,7 +88,7 @@ def _as_ints(field: str, values: Sequence[int] | np.ndarray, high: int, dtype: t
     """``values`` as a 1-D ``dtype`` array, every item an integer in ``[0, high]``, else ValueError naming ``field``."""
     arr = np.asarray(values)
     if arr.dtype == dtype and arr.ndim == 1 and high == np.iinfo(dtype).max:
-        return arr  # every value of the dtype is in range: no copy, no scan
+        return np.ascontiguousarray(arr)  # every value of the dtype is in range: no scan (no copy if contiguous)
     if arr.dtype.kind in "fO" and not isinstance(values, np.ndarray) and arr.ndim == 1:
         arr = _python_ints(field, values, high)
     if arr.ndim != 1:
