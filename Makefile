@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_memory.py --out out/bench/bench_memory.json
 	$(BIN)/python benchmarks/bench_explorer.py --out out/bench/bench_explorer.json
 	$(BIN)/python benchmarks/bench_index.py --out out/bench/bench_index.json
+	$(BIN)/python benchmarks/bench_blend.py --out out/bench/bench_blend.json
 	$(BIN)/python benchmarks/bench_tiers.py --out out/bench/bench_tiers.json
 
 ## make lab — JupyterLab on the notebooks

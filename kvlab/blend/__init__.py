@@ -17,7 +17,12 @@ piece                             models                           in → out
 :func:`group_consecutive`         older lookup (B18)               matches → back-to-back runs
 :func:`prefix_run_tokens`         prefix path (B19)                matches → tokens of the aligned run from 0
 :func:`classify`                  hit classes (B19)                match → prefix / aligned / shifted
+:func:`prefill_savings`           LMCache blend lookup (B4, B17)   prefix hit + matches → tokens saved
+:func:`ttft_saved_s`              kvlab.tiers cost model           savings, model, GPU, device → seconds
+:func:`replay_rag`                prefix-only vs prefix + blend    a RAG trace → per-request savings
 ================================  ===============================  ==========================================
+
+The RAG workload is :func:`kvlab.traces.rag` (Opal's, O28-O31).
 """
 
 from kvlab.blend.kernels import BLEND_BASE, EMPTY, chunk_hashes, rolling_hashes, unique_hits, write_table
@@ -31,7 +36,14 @@ from kvlab.blend.ranges import (
     unique_token_coverage,
 )
 
-# --- prefill savings and replay (kvlab.blend.savings, kvlab.blend.replay): exports go here ---
+from kvlab.blend.replay import RagReplay, replay_rag
+from kvlab.blend.savings import (
+    DEFAULT_MIN_BLEND_TOKENS,
+    DEFAULT_RECOMPUTE_RATIO,
+    PrefillSavings,
+    prefill_savings,
+    ttft_saved_s,
+)
 
 __all__ = [
     # kernels
@@ -52,5 +64,12 @@ __all__ = [
     "leftmost_non_overlapping",
     "prefix_run_tokens",
     "unique_token_coverage",
-    # savings and replay: add here
+    # savings and replay
+    "DEFAULT_MIN_BLEND_TOKENS",
+    "DEFAULT_RECOMPUTE_RATIO",
+    "PrefillSavings",
+    "RagReplay",
+    "prefill_savings",
+    "replay_rag",
+    "ttft_saved_s",
 ]
