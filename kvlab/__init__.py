@@ -24,7 +24,7 @@ Example:
     0.3664
 """
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 
 from kvlab.paths import bundled_trace_path, data_dir  # noqa: E402 - __version__ first, for kvlab.cli
 from kvlab.sim import ReplayConfig, ReplayResult, mrc, replay, sweep  # noqa: E402

@@ -10,14 +10,16 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def test_readme_python_example_runs(capsys) -> None:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert len(blocks) == 6 and len(blocks[0].strip().splitlines()) <= 12
+    assert len(blocks) == 7 and len(blocks[0].strip().splitlines()) <= 12
     namespace: dict = {}
     for block in blocks:  # run in order, in one namespace, as a reader would
         exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - our own README
     assert round(namespace["result"].summary.block_hit_ratio, 4) == 0.2116
     assert namespace["curve"].height == 4
     out = capsys.readouterr().out
-    assert "0.2116" in out and "applied\n{'pod-a': 2.0}" in out
+    assert "0.2116" in out and "applied\n{'pod-a': 2.0}" in out and "\n0.398 0.856\n" in out
+    assert [(m.old_st, m.cur_st, m.storage_key) for m in namespace["matcher"].match([100, 200, 5, 6, 7, 8, 1, 2, 3, 4])] \
+        == [(4, 2, 12), (0, 6, 11)]
     assert len(namespace["vllm_keys"]) == 6 and not set(namespace["vllm_keys"]) & set(namespace["llmd_keys"])
     assert not set(namespace["salted"]) & set(namespace["vllm_keys"])
     assert namespace["vllm_trace"].frame["block_keys"].list.len().to_list() == [6, 3]
