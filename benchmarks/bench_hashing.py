@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import pickle
-import sys
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import xxhash
 
 from kvlab.hashing import chain_u64, vllm
 from kvlab.hashing.digests import DEFAULT_NONE_HASH_SEED, none_hash
-from report import machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
+from report import exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 PROMPT_TOKENS = 131_072
 BLOCK_SIZE = 16
@@ -114,9 +113,7 @@ def main() -> None:
     for r in results:
         print(f"{r['pair']:<58} kvlab {r['kvlab_blocks_per_s'] / 1e6:6.2f} M blocks/s  anchor "
               f"{r['anchor_blocks_per_s'] / 1e6:6.2f} M/s  ratio {r['ratio']:5.2f} (target {r['target']})")
-    print(f"targets met: {report['met']}  -> {args.out}")
-    if not report["met"]:
-        sys.exit(1)
+    exit_unless_met(report["met"], args.out)
 
 
 if __name__ == "__main__":

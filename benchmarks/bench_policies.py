@@ -27,7 +27,7 @@ from kvlab.traces import Trace, load_trace, zipf_objects
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lcs_anchor import replay_lcs, write_oracle_general  # noqa: E402
-from report import machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
+from report import exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 POLICIES = ("lru", "fifo", "s3fifo", "sieve")
 TARGETS = {"lru": 5.0, "s3fifo": 1.5}
@@ -90,9 +90,7 @@ def main() -> None:
               "machine": machine_info(),
               "targets": TARGETS, "met": met, "results": results}
     write_report(args.out, report)
-    print(f"targets met: {met}  -> {args.out}")
-    if not all(met.values()):
-        sys.exit(1)
+    exit_unless_met(met, args.out)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ Usage: ``python benchmarks/bench_tiers.py --out out/bench/bench_tiers.json``
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from kvlab.sim import ReplayConfig
 from kvlab.sim.replay import run_kernel
 from kvlab.tiers.replay import replay_tiered, run_tiered
 from kvlab.traces import Trace, load_trace, zipf_objects
-from report import machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
+from report import exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 TARGET_REFS_PER_S = 30e6
 NAMES = ("GPU", "CPU", "NVMe")
@@ -126,9 +125,7 @@ def main() -> None:
               f"{r['kernel_block_refs_per_s'] / 1e6:6.1f} M/s  replay {r['replay_block_refs_per_s'] / 1e6:6.1f} M/s  "
               f"reference {r['reference_block_refs_per_s'] / 1e6:5.3f} M/s  ratio {r['ratio_kernel_vs_reference']:6.0f}x"
               f"  (one LRU {r['one_lru_kernel_block_refs_per_s'] / 1e6:5.1f} M/s)  hit {r['block_hit_ratio']:.3f}")
-    print(f"targets met: {report['met']}  -> {args.out}")
-    if not all(report["met"].values()):
-        sys.exit(1)
+    exit_unless_met(report["met"], args.out)
 
 
 if __name__ == "__main__":

@@ -22,3 +22,11 @@ def write_report(out: Path, report: dict[str, object]) -> None:
     """Write ``report`` as indented JSON to ``out`` (its folder created)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def exit_unless_met(met: bool | dict[str, bool], out: Path) -> None:
+    """Print which targets were met and where the report went; exit 1 when any was missed
+    (``met``: one flag, or a flag per target)."""
+    print(f"targets met: {met}  -> {out}")
+    if not (all(met.values()) if isinstance(met, dict) else met):
+        raise SystemExit(1)
