@@ -150,7 +150,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="power of two"):
         unique_hits(np.zeros(1, dtype=np.uint64), np.full(4, -1.0), 1)
     with pytest.raises(ValueError, match="equal length"):
-        write_table(np.zeros(2, dtype=np.uint64), np.full(4, -1), np.zeros(1))
+        write_table(np.zeros(2, dtype=np.uint64), np.full(4, -1), np.zeros(1, dtype=np.int64))
     with pytest.raises(ValueError, match="num_ids must be"):
         unique_hits(np.zeros(1, dtype=np.uint64), np.full(4, -1), -1)
     with pytest.raises(ValueError, match="id 7 outside"):

@@ -33,6 +33,10 @@ from numba import njit
 BLEND_BASE = 0x9E3779B97F4A7C15
 #: An empty table slot.
 EMPTY = -1
+#: Largest window / chunk length ``k`` the kernels (and ``TokenRangeMatcher.chunk_size``) accept, tokens.
+MAX_CHUNK_TOKENS = 1 << 24
+#: Largest ``num_ids`` of :func:`unique_hits` (ids ``< 2**31`` fit an ``int32`` table; the seen-bitmap is bytes).
+MAX_NUM_IDS = 1 << 31
 
 _U64_MAX = (1 << 64) - 1
 
@@ -101,8 +105,8 @@ def _token_array(tokens: np.ndarray) -> np.ndarray:
 
 
 def _check_k_base(k: int, base: int) -> np.uint64:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_CHUNK_TOKENS:
+        raise ValueError(f"k must be an integer in [1, MAX_CHUNK_TOKENS={MAX_CHUNK_TOKENS}], got {k!r}")
     if isinstance(base, bool) or not isinstance(base, (int, np.integer)) or not 0 <= int(base) <= _U64_MAX:
         raise ValueError(f"base must be an integer in [0, 2**64), got {base!r}")
     return np.uint64(int(base))
@@ -113,15 +117,18 @@ def rolling_hashes(tokens: np.ndarray, k: int, base: int = BLEND_BASE) -> np.nda
 
     Args:
         tokens: ``uint32[n]`` or ``int64[n]`` token ids (any 1-D integer array).
-        k: window length in tokens (>= 1).
-        base: the polynomial base, an integer in ``[0, 2**64)``.
+        k: window length in tokens (``1 .. MAX_CHUNK_TOKENS``).
+        base: the polynomial base, an integer in ``[0, 2**64)``. Any value is hashed as given,
+            degenerate ones too (0: the last token; 1: the token sum), which tests use to force
+            collisions; :class:`~kvlab.blend.matcher.TokenRangeMatcher` requires ``base >= 2``.
 
     Returns:
         ``uint64[n - k + 1]`` (empty when ``n < k``): entry ``i`` hashes ``tokens[i : i + k]``,
         with uint64 wrap-around (see the module docstring).
 
     Raises:
-        ValueError: ``k < 1``, ``base`` out of range, or ``tokens`` not a 1-D integer array.
+        ValueError: ``k`` outside ``[1, MAX_CHUNK_TOKENS]``, ``base`` out of range, or ``tokens`` not a
+            1-D integer array.
 
     Example:
         >>> rolling_hashes(np.array([1, 2, 3, 4, 5]), 3, base=31).tolist()
@@ -139,8 +146,8 @@ def chunk_hashes(tokens: np.ndarray, k: int, base: int = BLEND_BASE) -> np.ndarr
 
     Args:
         tokens: ``uint32[n]`` or ``int64[n]`` token ids.
-        k: chunk length in tokens (>= 1).
-        base: the polynomial base, an integer in ``[0, 2**64)``.
+        k: chunk length in tokens (``1 .. MAX_CHUNK_TOKENS``).
+        base: the polynomial base, an integer in ``[0, 2**64)`` (0 and 1 allowed, as :func:`rolling_hashes`).
 
     Returns:
         ``uint64[n // k]``: entry ``j`` hashes ``tokens[j*k : (j+1)*k]`` (equal to
@@ -157,12 +164,39 @@ def chunk_hashes(tokens: np.ndarray, k: int, base: int = BLEND_BASE) -> np.ndarr
     return _chunks(_token_array(tokens), int(k), ubase)
 
 
-def _check_table(table: np.ndarray) -> None:
+def _check_table(table: np.ndarray, *, writable: bool) -> None:
     size = table.shape[0] if isinstance(table, np.ndarray) and table.ndim == 1 else 0
     if size == 0 or size & (size - 1) or table.dtype not in (np.int32, np.int64):
         shape, dtype = getattr(table, "shape", None), getattr(table, "dtype", None)
         raise ValueError("table must be a 1-D int32/int64 array whose size is a power of two, got "
                          f"{type(table).__name__} shape {shape} dtype {dtype}")
+    if writable and not table.flags.writeable:
+        raise ValueError("table must be writable (write_table fills it in place), got a read-only array")
+
+
+def _exact_ints(field: str, values: object, high: int, dtype: type) -> np.ndarray:
+    """``values`` as a 1-D ``dtype`` array if every item is an integer in ``[0, high]``, else ValueError naming ``field``.
+
+    Only exact conversions: no float (truncated), bool or negative (wrapped) value passes.
+    """
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{field} must be 1-D, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=dtype)
+    if arr.dtype == object:  # Python ints beyond int64/uint64 together
+        for i, v in enumerate(arr.tolist()):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= high:
+                raise ValueError(f"{field} must hold integers in [0, {high}], got {v!r} at position {i}")
+        return arr.astype(dtype)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"{field} must be a non-negative integer array (uint64 for hashes), got dtype {arr.dtype}")
+    low_v, high_v = int(arr.min()), int(arr.max())
+    if low_v < 0 or high_v > high:
+        bad = low_v if low_v < 0 else high_v
+        raise ValueError(f"{field} must hold integers in [0, {high}], got {bad} at position "
+                         f"{int(np.argmax(arr == bad))}")
+    return arr.astype(dtype, copy=False)
 
 
 def write_table(hashes: np.ndarray, table: np.ndarray, ids: np.ndarray) -> None:
@@ -172,12 +206,15 @@ def write_table(hashes: np.ndarray, table: np.ndarray, ids: np.ndarray) -> None:
     upstream limitation B21 that :class:`~kvlab.blend.matcher.TokenRangeMatcher` fixes with chains).
 
     Args:
-        hashes: ``uint64[m]`` fingerprints.
-        table: ``int32[size]`` or ``int64[size]``, ``size`` a power of two; written in place.
-        ids: ``int[m]`` ids to store.
+        hashes: ``uint64[m]`` fingerprints (or a 1-D integer array / list of values in ``[0, 2**64)``,
+            converted exactly).
+        table: writable ``int32[size]`` or ``int64[size]``, ``size`` a power of two; written in place.
+        ids: ``int[m]`` ids to store, each in ``[0, max of the table's dtype]`` (an id that would
+            wrap, e.g. ``2**32 - 1`` into ``int32`` as ``-1`` = empty, is refused).
 
     Raises:
-        ValueError: table not a power-of-two 1-D int32/int64 array, or ``len(hashes) != len(ids)``.
+        ValueError: table not a writable power-of-two 1-D int32/int64 array, ``hashes``/``ids`` not
+            1-D, not integers or out of range, or ``len(hashes) != len(ids)``; the table is untouched then.
 
     Example:
         >>> table = np.full(8, -1, dtype=np.int64)
@@ -185,9 +222,10 @@ def write_table(hashes: np.ndarray, table: np.ndarray, ids: np.ndarray) -> None:
         >>> table.tolist()
         [-1, 42, -1, -1, -1, -1, -1, -1]
     """
-    _check_table(table)
-    hashes, ids = np.asarray(hashes, dtype=np.uint64), np.asarray(ids, dtype=table.dtype)
-    if hashes.shape != ids.shape or hashes.ndim != 1:
+    _check_table(table, writable=True)
+    hashes = _exact_ints("hashes", hashes, _U64_MAX, np.uint64)
+    ids = _exact_ints("ids", ids, int(np.iinfo(table.dtype).max), table.dtype)
+    if hashes.shape != ids.shape:
         raise ValueError(f"hashes and ids must be 1-D of equal length, got {hashes.shape} and {ids.shape}")
     _write(hashes, table, ids)
 
@@ -199,25 +237,27 @@ def unique_hits(hashes: np.ndarray, table: np.ndarray, num_ids: int) -> np.ndarr
     fingerprint check, so a slot collision is a false hit there).
 
     Args:
-        hashes: ``uint64[n]`` probe fingerprints.
-        table: ``int32[size]``/``int64[size]`` of ids (``-1`` empty), ``size`` a power of two.
-        num_ids: ids are in ``[0, num_ids)`` (the seen-bitmap holds ``num_ids`` bytes).
+        hashes: ``uint64[n]`` probe fingerprints (converted exactly, as :func:`write_table`).
+        table: ``int32[size]``/``int64[size]`` of ids (``-1`` empty), ``size`` a power of two (may be read-only).
+        num_ids: ids are in ``[0, num_ids)``, ``0 <= num_ids <= MAX_NUM_IDS`` (the seen-bitmap holds
+            ``num_ids`` bytes).
 
     Returns:
         ``int64[h]`` distinct ids in the order their first hash was read.
 
     Raises:
-        ValueError: bad table, ``num_ids < 0``, or a probed slot holding an id outside ``[-1, num_ids)``.
+        ValueError: bad table or hashes, ``num_ids`` outside ``[0, MAX_NUM_IDS]``, or a probed slot
+            holding an id outside ``[-1, num_ids)``.
 
     Example:
         >>> table = np.array([2, 0, 1, -1], dtype=np.int64)
         >>> unique_hits(np.array([0, 1, 2, 4, 3], dtype=np.uint64), table, 3).tolist()
         [2, 0, 1]
     """
-    _check_table(table)
-    if isinstance(num_ids, bool) or not isinstance(num_ids, (int, np.integer)) or num_ids < 0:
-        raise ValueError(f"num_ids must be an integer >= 0, got {num_ids!r}")
-    out, bad = _unique(np.asarray(hashes, dtype=np.uint64), table, int(num_ids))
+    _check_table(table, writable=False)
+    if isinstance(num_ids, bool) or not isinstance(num_ids, (int, np.integer)) or not 0 <= num_ids <= MAX_NUM_IDS:
+        raise ValueError(f"num_ids must be an integer in [0, MAX_NUM_IDS={MAX_NUM_IDS}], got {num_ids!r}")
+    out, bad = _unique(_exact_ints("hashes", hashes, _U64_MAX, np.uint64), table, int(num_ids))
     if bad != EMPTY:
         raise ValueError(f"table holds id {int(bad)} outside [-1, num_ids={num_ids})")
     return out
