@@ -25,12 +25,12 @@ Not thread-safe: one matcher per thread, or a caller's lock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
-from kvlab.blend.kernels import BLEND_BASE, _chunks
+from kvlab.blend.kernels import BLEND_BASE, MAX_CHUNK_TOKENS, _chunks
 from kvlab.blend.table import (
     ISSUED_IDS,
     LIVE_CONTENTS,
@@ -46,6 +46,11 @@ _U32_MAX = (1 << 32) - 1
 _U64_MAX = (1 << 64) - 1
 #: Allowed ``table_bits`` (initial slots = 2**table_bits; upstream fixes 20, B9).
 TABLE_BITS_RANGE = (3, 30)
+#: Largest ``align_tokens`` of :meth:`TokenRangeMatcher.match` (engine block sizes are far smaller).
+MAX_ALIGN_TOKENS = (1 << 31) - 1
+#: Stored positions are int64: ``position_offset + n_chunks * chunk_size`` (the last ``old_ed``) must not exceed this.
+MAX_POSITION = (1 << 63) - 1
+_LIST_HINT = "pass a list or 1-D integer array"
 
 
 class BlendMatch(NamedTuple):
@@ -80,23 +85,26 @@ def _python_ints(field: str, values: Sequence[object], high: int) -> np.ndarray:
     values = list(values)
     for i, v in enumerate(values):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= high:
-            raise ValueError(f"{field} must hold integers in [0, {high + 1}), got {v!r} at position {i}")
+            raise ValueError(f"{field} must hold integers in [0, {high + 1}) ({_LIST_HINT}), got {v!r} at "
+                             f"position {i}")
     return np.array(values, dtype=np.uint64)
 
 
 def _as_ints(field: str, values: Sequence[int] | np.ndarray, high: int, dtype: type) -> np.ndarray:
     """``values`` as a 1-D ``dtype`` array, every item an integer in ``[0, high]``, else ValueError naming ``field``."""
+    if isinstance(values, (str, bytes, Iterator)):
+        raise ValueError(f"{field} must be a sequence of integers ({_LIST_HINT}), got {type(values).__name__}")
     arr = np.asarray(values)
     if arr.dtype == dtype and arr.ndim == 1 and high == np.iinfo(dtype).max:
         return np.ascontiguousarray(arr)  # every value of the dtype is in range: no scan (no copy if contiguous)
-    if arr.dtype.kind in "fO" and not isinstance(values, np.ndarray) and arr.ndim == 1:
+    if arr.dtype.kind in "fOUSb" and not isinstance(values, np.ndarray) and arr.ndim == 1:
         arr = _python_ints(field, values, high)
     if arr.ndim != 1:
-        raise ValueError(f"{field} must be one-dimensional, got shape {arr.shape}")
+        raise ValueError(f"{field} must be one-dimensional ({_LIST_HINT}), got shape {arr.shape}")
     if arr.size == 0:
         return np.zeros(0, dtype=dtype)
     if arr.dtype.kind not in "iu":
-        raise ValueError(f"{field} must be integers, got dtype {arr.dtype}")
+        raise ValueError(f"{field} must be integers ({_LIST_HINT}), got dtype {arr.dtype}")
     low_v, high_v = arr.min(), arr.max()
     if low_v < 0 or high_v > high:
         bad = low_v if low_v < 0 else high_v
@@ -109,9 +117,11 @@ class TokenRangeMatcher:
     """Registered chunks of raw token ids, found at any offset of a query (B9-B15, B19; B11/B14/B21 fixed).
 
     Args:
-        chunk_size: tokens per chunk (>= 1; LMCache uses 256).
-        base: polynomial base of the fingerprints, an integer in ``[0, 2**64)`` (default the
-            Fibonacci hashing constant, B9).
+        chunk_size: tokens per chunk (``1 .. MAX_CHUNK_TOKENS`` = 2**24; LMCache uses 256).
+        base: polynomial base of the fingerprints, an integer in ``[2, 2**64)`` (default the
+            Fibonacci hashing constant, B9). Bases 0 and 1 are refused: every chunk ending in the
+            same token (base 0) or with the same token sum (base 1) would share a fingerprint, so
+            registration and probing would compare tokens along ever longer runs (quadratic).
         table_bits: the slot array starts with ``2**table_bits`` slots (3..30; it doubles
             before more than a quarter is taken).
         dedup_content: index a content once: a chunk whose tokens are already live is not
@@ -132,8 +142,8 @@ class TokenRangeMatcher:
 
     def __init__(self, chunk_size: int = 256, *, base: int = BLEND_BASE, table_bits: int = 20,
                  dedup_content: bool = False) -> None:
-        self._k = _int_param("chunk_size", chunk_size, 1)
-        self._base = np.uint64(_int_param("base", base, 0, _U64_MAX))
+        self._k = _int_param("chunk_size", chunk_size, 1, MAX_CHUNK_TOKENS)
+        self._base = np.uint64(_int_param("base", base, 2, _U64_MAX))
         bits = _int_param("table_bits", table_bits, *TABLE_BITS_RANGE)
         if not isinstance(dedup_content, bool):
             raise ValueError(f"dedup_content must be a bool, got {dedup_content!r}")
@@ -179,11 +189,12 @@ class TokenRangeMatcher:
         are already live. The trailing partial chunk is ignored.
 
         Args:
-            token_ids: ``uint32``-range token ids (list or 1-D integer array).
+            token_ids: ``uint32``-range token ids (list or 1-D integer array; not a string or generator).
             storage_keys: one u64 key per FULL chunk of ``token_ids`` (``len(token_ids) // chunk_size``).
             start_chunk: first chunk to index (``0 <= start_chunk <= n_chunks``; 1 when the
                 prefix path already owns chunk 0).
-            position_offset: position of ``token_ids[0]`` in the stored sequence, tokens (>= 0).
+            position_offset: position of ``token_ids[0]`` in the stored sequence, tokens (>= 0, and
+                ``position_offset + n_chunks * chunk_size <= MAX_POSITION`` = 2**63 - 1: positions are int64).
 
         Returns:
             The number of chunks newly indexed.
@@ -200,7 +211,7 @@ class TokenRangeMatcher:
             raise ValueError(f"storage_keys must hold one key per full chunk ({n_chunks} chunks of {self._k} tokens "
                              f"in {tokens.shape[0]} token_ids), got {keys.shape[0]}")
         first = _int_param("start_chunk", start_chunk, 0, n_chunks)
-        offset = _int_param("position_offset", position_offset, 0)
+        offset = _int_param("position_offset", position_offset, 0, MAX_POSITION - n_chunks * self._k)
         index = self._ids
         key_list = keys.tolist()
         fresh = key_list[first:]
@@ -244,17 +255,18 @@ class TokenRangeMatcher:
         ordered by ``cur_st``.
 
         Args:
-            query_token_ids: ``uint32``-range token ids (list or 1-D integer array).
-            align_tokens: probe stride in tokens (>= 1; the engine block size for B19's strided probe).
+            query_token_ids: ``uint32``-range token ids (list or 1-D integer array; not a generator).
+            align_tokens: probe stride in tokens (``1 .. MAX_ALIGN_TOKENS`` = 2**31 - 1; the engine
+                block size for B19's strided probe).
 
         Returns:
             ``list[BlendMatch]``; ``[]`` when the query is shorter than a chunk or nothing is registered.
 
         Raises:
-            ValueError: tokens not integers in ``[0, 2**32)``, or ``align_tokens < 1``.
+            ValueError: tokens not integers in ``[0, 2**32)``, or ``align_tokens`` out of range.
         """
         query = _as_ints("query_token_ids", query_token_ids, _U32_MAX, np.uint32)
-        stride = _int_param("align_tokens", align_tokens, 1)
+        stride = _int_param("align_tokens", align_tokens, 1, MAX_ALIGN_TOKENS)
         k = self._k
         if query.shape[0] < k or not self._ids:
             return []
@@ -270,12 +282,19 @@ class TokenRangeMatcher:
         cleared only when the removed chunk heads its chain, so other chunks stay findable;
         the compact ids are reused by later registrations.
 
+        Args:
+            storage_keys: u64 keys (list or 1-D integer array; a single key goes in a list).
+
         Returns:
             The number of chunks removed.
 
         Raises:
-            ValueError: a key that is not an integer in ``[0, 2**64)`` (nothing is removed then).
+            ValueError: ``storage_keys`` not a list / 1-D array, or a key that is not an integer in
+                ``[0, 2**64)`` (nothing is removed then).
         """
+        if isinstance(storage_keys, (str, bytes)) or not isinstance(storage_keys, (Iterable, np.ndarray)):
+            raise ValueError(f"storage_keys must be a list or 1-D integer array of keys (a single key goes in a "
+                             f"list), got {storage_keys!r}")
         keys = storage_keys.tolist() if isinstance(storage_keys, np.ndarray) else list(storage_keys)
         _as_ints("storage_keys", keys, _U64_MAX, np.uint64)
         index = self._ids
