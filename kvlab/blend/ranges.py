@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from kvlab.blend.matcher import BlendMatch
 
 #: The classes of :func:`classify`.
@@ -28,9 +30,9 @@ HIT_CLASSES = ("prefix", "aligned", "shifted")
 
 
 def _check_prefix(prefix_tokens: int) -> int:
-    if isinstance(prefix_tokens, bool) or not isinstance(prefix_tokens, int) or prefix_tokens < 0:
+    if isinstance(prefix_tokens, bool) or not isinstance(prefix_tokens, (int, np.integer)) or prefix_tokens < 0:
         raise ValueError(f"prefix_tokens must be an integer >= 0, got {prefix_tokens!r}")
-    return prefix_tokens
+    return int(prefix_tokens)
 
 
 def unique_token_coverage(matches: Sequence[BlendMatch]) -> int:
@@ -59,7 +61,8 @@ def leftmost_non_overlapping(matches: Sequence[BlendMatch], prefix_tokens: int =
 
     Args:
         matches: any order.
-        prefix_tokens: query tokens ``[0, prefix_tokens)`` already served by the prefix path (>= 0).
+        prefix_tokens: query tokens ``[0, prefix_tokens)`` already served by the prefix path (an int or
+            numpy integer >= 0).
 
     Raises:
         ValueError: ``prefix_tokens`` negative or not an integer.

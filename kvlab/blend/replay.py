@@ -15,10 +15,11 @@ from kvlab.blend.savings import (
     DEFAULT_MIN_BLEND_TOKENS,
     DEFAULT_RECOMPUTE_RATIO,
     PrefillSavings,
+    _count,
     prefill_savings,
     ttft_saved_s,
 )
-from kvlab.tiers.devices import Device, _check_int
+from kvlab.tiers.devices import Device
 from kvlab.tiers.models import ModelSpec
 from kvlab.traces.trace import Trace
 
@@ -108,20 +109,30 @@ def replay_rag(trace: Trace, *, chunk_size: int = 256, capacity_chunks: int | No
        capacity are evicted — from the blend cache and, via :meth:`TokenRangeMatcher.remove`,
        from the matcher, so an evicted chunk is never blended again.
 
+    With ``capacity_chunks``, the two caches are separate LRUs that drift apart: the blend cache
+    also refreshes the chunks it blends, so it evicts other chunks than the prefix-only cache,
+    and on a single request blend can save LESS than prefix-only (a prefix chunk the prefix-only
+    cache still holds was evicted from the blend cache). Totals over a trace have been observed
+    ``>=`` prefix-only in kvlab's tests, but that is not guaranteed. With an unbounded cache
+    (``capacity_chunks=None``) both caches hold the same chunks, the prefix hits are equal, and
+    blend saves at least as much as prefix-only on every request.
+
     A whole-prompt hit is counted in full (no last token recomputed for the logits); a trailing
     partial chunk is never cached. Times come from :func:`~kvlab.blend.savings.ttft_saved_s`
     with ``block_size_tokens = chunk_size``.
 
     Args:
         trace: a trace with ``token_ids`` (e.g. :func:`kvlab.traces.rag`).
-        chunk_size: tokens per cached chunk (a multiple of ``trace.block_size``; LMCache's 256).
+        chunk_size: tokens per cached chunk (a multiple of ``trace.block_size``; LMCache's 256). Counts
+            may be ints or numpy integers.
         capacity_chunks: chunks each cache holds (int ≥ 1), or None for unbounded.
         recompute_ratio: share of blended tokens recomputed, in ``[0, 1]``.
         min_blend_tokens: minimum reusable non-prefix tokens to blend (int ≥ 0).
         model: model shape for the TTFT estimate, or None for token counts only.
         gpu_flops: dense FLOP/s of the prefill GPUs (required with ``model``).
-        device: tier the reused KV is loaded from (None = already on the GPU).
-        link: link from ``device`` to the GPU, or None.
+        device: tier the reused KV is loaded from (a :class:`kvlab.tiers.Device`; None = already on
+            the GPU). Only with ``model``.
+        link: link from ``device`` to the GPU (a :class:`kvlab.tiers.Device`), or None. Only with ``model``.
 
     Returns:
         A :class:`RagReplay`.
@@ -129,7 +140,8 @@ def replay_rag(trace: Trace, *, chunk_size: int = 256, capacity_chunks: int | No
     Raises:
         ValueError: a trace without ``token_ids``, a ``chunk_size`` that is not a positive
             multiple of the block size, a bad capacity, ``model`` without ``gpu_flops`` (or the
-            reverse), or a bad ratio / threshold / device.
+            reverse), ``device``/``link`` without ``model``, a ``device``/``link`` that is not a
+            :class:`kvlab.tiers.Device`, or a bad ratio / threshold.
 
     Example:
         >>> from kvlab.traces import rag
@@ -143,7 +155,7 @@ def replay_rag(trace: Trace, *, chunk_size: int = 256, capacity_chunks: int | No
         >>> r.frame["saved_tokens"].to_list(), r.summary["saved_fraction"]
         ([0, 691, 1203, 1203], 0.6048828125)
     """
-    _check_args(trace, chunk_size, capacity_chunks, model, gpu_flops)
+    chunk_size, capacity_chunks = _check_args(trace, chunk_size, capacity_chunks, model, gpu_flops, device, link)
     per_block = chunk_size // trace.block_size
     tokens_flat, token_offsets = _flatten(trace.frame["token_ids"])
     keys_flat, key_offsets = _flatten(trace.frame["block_keys"])
@@ -183,18 +195,27 @@ def replay_rag(trace: Trace, *, chunk_size: int = 256, capacity_chunks: int | No
     return RagReplay(frame, _summary(frame, prefix_only.evicted_chunks, blend.evicted_chunks))
 
 
-def _check_args(trace: object, chunk_size: object, capacity_chunks: object, model: object, gpu_flops: object) -> None:
+def _check_args(trace: object, chunk_size: object, capacity_chunks: object, model: object, gpu_flops: object,
+                device: object, link: object) -> tuple[int, int | None]:
+    """Validate :func:`replay_rag`'s arguments; return ``chunk_size`` and ``capacity_chunks`` as Python ints."""
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
     if "token_ids" not in trace.frame.columns:
         raise ValueError("trace needs a 'token_ids' column (blend matching reads tokens; e.g. kvlab.traces.rag)")
-    _check_int("chunk_size", chunk_size, minimum=1)
+    chunk_size = _count("chunk_size", chunk_size, minimum=1)
     if chunk_size % trace.block_size:
         raise ValueError(f"chunk_size={chunk_size} must be a multiple of the trace's block_size={trace.block_size}")
     if capacity_chunks is not None:
-        _check_int("capacity_chunks", capacity_chunks, minimum=1)
+        capacity_chunks = _count("capacity_chunks", capacity_chunks, minimum=1)
     if (model is None) != (gpu_flops is None):
         raise ValueError(f"model and gpu_flops go together, got model={model!r}, gpu_flops={gpu_flops!r}")
+    if model is None and (device is not None or link is not None):
+        raise ValueError(f"device/link need model and gpu_flops (they only enter the TTFT estimate), got "
+                         f"device={device!r}, link={link!r} with model=None")
+    for name, value in (("device", device), ("link", link)):
+        if value is not None and not isinstance(value, Device):
+            raise ValueError(f"{name} must be a kvlab.tiers Device (e.g. kvlab.tiers.get_device), got {value!r}")
+    return chunk_size, capacity_chunks
 
 
 def _flatten(column: pl.Series) -> tuple[np.ndarray, np.ndarray]:

@@ -16,11 +16,12 @@ A prompt's tokens split into three disjoint parts:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from kvlab.blend.matcher import BlendMatch
 from kvlab.blend.ranges import leftmost_non_overlapping, unique_token_coverage
 from kvlab.tiers.cost import DEFAULT_MFU, fetch_time_s, recompute_time_s
 from kvlab.tiers.devices import Device, _check_int, _check_real
@@ -35,11 +36,29 @@ DEFAULT_RECOMPUTE_RATIO = 0.15
 DEFAULT_MIN_BLEND_TOKENS = 256
 
 
+def _count(field: str, value: object, minimum: int = 0) -> int:
+    """``value`` as an ``int`` if it is an int or numpy integer (not a bool) ``>= minimum``, else ValueError naming ``field``."""
+    return _check_int(field, int(value) if isinstance(value, np.integer) else value, minimum=minimum)
+
+
+def _check_matches(matches: object) -> list[BlendMatch]:
+    """``matches`` as a list of :class:`BlendMatch` of Python ints; ValueError naming ``matches[i].field`` otherwise."""
+    if matches is None or isinstance(matches, (str, bytes)) or not isinstance(matches, Iterable):
+        raise ValueError(f"matches must be a sequence of BlendMatch (or 5-tuples), got {matches!r}")
+    checked = []
+    for i, m in enumerate(matches):
+        if not isinstance(m, tuple) or len(m) != len(BlendMatch._fields):
+            raise ValueError(f"matches[{i}] must be a BlendMatch or a 5-tuple (old_st, old_ed, cur_st, cur_ed, "
+                             f"storage_key), got {m!r}")
+        checked.append(BlendMatch(*(_count(f"matches[{i}].{name}", v) for name, v in zip(BlendMatch._fields, m))))
+    return checked
+
+
 @dataclass(frozen=True)
 class PrefillSavings:
     """How one prompt's prefill splits into prefix hits, blended chunks and fresh tokens.
 
-    Fields (all token counts, ints ≥ 0): ``prompt_tokens``; ``prefix_hit_tokens`` (the run from
+    Fields (all token counts, ints ≥ 0; numpy integers are converted): ``prompt_tokens``; ``prefix_hit_tokens`` (the run from
     token 0 served by prefix caching); ``blended_tokens`` (reused non-prefix tokens);
     ``recomputed_blend_tokens`` (the share of ``blended_tokens`` recomputed, CacheBlend's
     selective recompute, B2); ``fresh_tokens`` (prefilled from scratch); ``blend_ranges``
@@ -66,7 +85,7 @@ class PrefillSavings:
     def __post_init__(self) -> None:
         for field in ("prompt_tokens", "prefix_hit_tokens", "blended_tokens", "recomputed_blend_tokens",
                       "fresh_tokens"):
-            _check_int(field, getattr(self, field))
+            object.__setattr__(self, field, _count(field, getattr(self, field)))
         parts = self.prefix_hit_tokens + self.blended_tokens + self.fresh_tokens
         if parts != self.prompt_tokens:
             raise ValueError(f"prefix_hit_tokens + blended_tokens + fresh_tokens = {parts} must equal "
@@ -74,9 +93,7 @@ class PrefillSavings:
         if self.recomputed_blend_tokens > self.blended_tokens:
             raise ValueError(f"recomputed_blend_tokens={self.recomputed_blend_tokens} must be <= "
                              f"blended_tokens={self.blended_tokens}")
-        ranges = tuple((_check_int("blend_ranges start", int(st) if isinstance(st, np.integer) else st),
-                        _check_int("blend_ranges end", int(ed) if isinstance(ed, np.integer) else ed))
-                       for st, ed in self.blend_ranges)
+        ranges = tuple((_count("blend_ranges start", st), _count("blend_ranges end", ed)) for st, ed in self.blend_ranges)
         object.__setattr__(self, "blend_ranges", ranges)
         end = self.prefix_hit_tokens
         for st, ed in ranges:
@@ -118,11 +135,18 @@ def prefill_savings(prompt_tokens: int, prefix_hit_tokens: int, matches: Sequenc
     holds at least ``min_blend_tokens`` tokens (else nothing is blended); the recomputed share is
     ``recompute_ratio × blended_tokens`` rounded half up to a whole token.
 
+    What ``min_blend_tokens`` gates is kvlab's reading of LMCache's ``blend_min_tokens``: the
+    reusable tokens AFTER the prefix (the kept matches' union), not the prompt length nor the
+    prefix hit plus blend; the spec (index_blend.md B4) does not say which count it gates.
+
+    Counts may be ints or numpy integers (not bools).
+
     Args:
         prompt_tokens: prompt length (int ≥ 0).
         prefix_hit_tokens: tokens from 0 served by prefix caching (``0 .. prompt_tokens``).
-        matches: objects with ``cur_st`` / ``cur_ed`` (query token positions, ``0 <= cur_st <
-            cur_ed <= prompt_tokens``), as :class:`~kvlab.blend.matcher.BlendMatch`.
+        matches: :class:`~kvlab.blend.matcher.BlendMatch` items, or plain 5-tuples ``(old_st,
+            old_ed, cur_st, cur_ed, storage_key)`` (converted), every field an integer ≥ 0 and
+            ``0 <= cur_st < cur_ed <= prompt_tokens``.
         recompute_ratio: share of blended tokens recomputed, in ``[0, 1]``.
         min_blend_tokens: minimum reusable non-prefix tokens to blend at all (int ≥ 0).
         chunk_size: when given, every match must span exactly this many tokens.
@@ -131,8 +155,9 @@ def prefill_savings(prompt_tokens: int, prefix_hit_tokens: int, matches: Sequenc
         A :class:`PrefillSavings` (with the kept matches' ranges as ``blend_ranges``).
 
     Raises:
-        ValueError: a count or ratio out of range, or a match outside the prompt or of the wrong
-            length (names the field and value).
+        ValueError: a count or ratio out of range; ``matches`` None or not iterable; an item that is
+            not a BlendMatch / 5-tuple of integers ≥ 0 (names ``matches[i]`` or ``matches[i].cur_st``
+            etc.), outside the prompt or of the wrong length.
 
     Example:
         >>> from kvlab.blend.matcher import BlendMatch
@@ -143,17 +168,17 @@ def prefill_savings(prompt_tokens: int, prefix_hit_tokens: int, matches: Sequenc
         >>> prefill_savings(1000, 256, m, min_blend_tokens=1024).blended_tokens
         0
     """
-    _check_int("prompt_tokens", prompt_tokens)
-    _check_int("prefix_hit_tokens", prefix_hit_tokens)
+    prompt_tokens = _count("prompt_tokens", prompt_tokens)
+    prefix_hit_tokens = _count("prefix_hit_tokens", prefix_hit_tokens)
     if prefix_hit_tokens > prompt_tokens:
         raise ValueError(f"prefix_hit_tokens must be <= prompt_tokens={prompt_tokens}, got {prefix_hit_tokens}")
     ratio = _check_real("recompute_ratio", recompute_ratio, positive=False)
     if ratio > 1:
         raise ValueError(f"recompute_ratio must be in [0, 1], got {recompute_ratio!r}")
-    _check_int("min_blend_tokens", min_blend_tokens)
+    min_blend_tokens = _count("min_blend_tokens", min_blend_tokens)
     if chunk_size is not None:
-        _check_int("chunk_size", chunk_size, minimum=1)
-    matches = list(matches)
+        chunk_size = _count("chunk_size", chunk_size, minimum=1)
+    matches = _check_matches(matches)
     for i, m in enumerate(matches):
         if not 0 <= m.cur_st < m.cur_ed <= prompt_tokens:
             raise ValueError(f"matches[{i}] covers [{m.cur_st}, {m.cur_ed}); it must lie inside the "
