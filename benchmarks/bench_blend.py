@@ -28,7 +28,6 @@ import argparse
 import resource
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +35,7 @@ import numpy as np
 from kvlab.blend import BlendMatch, TokenRangeMatcher
 
 sys.path.insert(0, str(Path(__file__).parent))
-from report import exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
+from report import best_of, exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 TARGET_QUERY_TOKENS_PER_S = 50e6
 BLOCK_TOKENS = 16  # the engine block of the strided probe (vLLM's usual block size)
@@ -62,16 +61,6 @@ class DictOfWindows:
                 seen.add(hit[0])
                 out.append((pos, hit[1], hit[0]))
         return out
-
-
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    """Best wall time of ``repeats`` calls, seconds."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def mixed_query(tokens: np.ndarray, chunk_size: int, pool: np.ndarray, n_tokens: int,

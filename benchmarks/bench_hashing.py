@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import pickle
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,22 +22,12 @@ import xxhash
 
 from kvlab.hashing import chain_u64, vllm
 from kvlab.hashing.digests import DEFAULT_NONE_HASH_SEED, none_hash
-from report import exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
+from report import best_of, exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 PROMPT_TOKENS = 131_072
 BLOCK_SIZE = 16
 TARGET_VLLM_VS_LIMIT = 0.8
 TARGET_CHAIN_VS_XXH3 = 3.0
-
-
-def best_of(fn, repeats: int) -> float:
-    """Best wall time of ``repeats`` calls, seconds."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def sha256_limit_loop(tokens: list[int]) -> tuple[callable, callable]:

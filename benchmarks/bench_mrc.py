@@ -41,20 +41,10 @@ from kvlab.traces import Trace, load_trace
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lcs_anchor import libcachesim, replay_lcs, write_oracle_general  # noqa: E402  (exits if libcachesim is missing)
-from report import exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
+from report import best_of, exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 TARGET_RATIO_VS_LIBCACHESIM = 20.0
 N_CAPACITIES = 100
-
-
-def best_of(fn, repeats: int) -> float:
-    """Best wall time of ``repeats`` calls, seconds."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def capacity_grid(trace: Trace) -> list[int]:

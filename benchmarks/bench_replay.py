@@ -21,22 +21,12 @@ from kvlab.paths import bundled_trace_path
 from kvlab.sim import ReplayConfig, replay, replay_reference
 from kvlab.sim.replay import run_kernel
 from kvlab.traces import ChatWorkload, Trace, chat_sessions, load_trace
-from report import exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
+from report import best_of, exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 TARGET_RATIO = 50.0
 TARGET_REFS_PER_S = 50e6
 BIG_WORKLOAD = ChatWorkload(n_sessions=11_000, mean_turns=8, system_prompt_tokens=2048, user_tokens_mean=400,
                             output_tokens_mean=300, block_size=64, session_rate_per_s=5, think_time_mean_s=60)
-
-
-def best_of(fn, repeats: int) -> float:
-    """Best wall time of ``repeats`` calls, seconds."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def bench(name: str, trace: Trace, capacity_blocks: int, repeats: int) -> dict:

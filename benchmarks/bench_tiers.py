@@ -31,21 +31,11 @@ from kvlab.sim import ReplayConfig
 from kvlab.sim.replay import run_kernel
 from kvlab.tiers.replay import replay_tiered, run_tiered
 from kvlab.traces import Trace, load_trace, zipf_objects
-from report import exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
+from report import best_of, exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 TARGET_REFS_PER_S = 30e6
 NAMES = ("GPU", "CPU", "NVMe")
 WRITE_POLICIES = ("write_back", "write_through")
-
-
-def best_of(fn, repeats: int) -> float:
-    """Best wall time of ``repeats`` calls, seconds."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def prefix(trace: Trace, refs: int) -> Trace:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numba
@@ -30,3 +32,13 @@ def exit_unless_met(met: bool | dict[str, bool], out: Path) -> None:
     print(f"targets met: {met}  -> {out}")
     if not (all(met.values()) if isinstance(met, dict) else met):
         raise SystemExit(1)
+
+
+def best_of(fn: Callable[[], object], repeats: int) -> float:
+    """Best wall time of ``repeats`` calls of ``fn``, seconds."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
