@@ -207,19 +207,11 @@ class RedisIndex(Index):
 
     def _key_of(self, name: bytes) -> int | None:
         """The request key a Redis key name holds, or ``None`` (engine set, foreign key)."""
-        rest = name[len(self._prefix):]
-        if not name.startswith(self._prefix) or not rest.isdigit():
-            return None
-        key = int(rest)
-        return key if 0 < key < 2**64 else None
+        return _key_after(name, self._prefix)
 
     def _engine_key_of(self, name: bytes) -> int | None:
         """The engine key an engine-set name holds, or ``None``."""
-        rest = name[len(self._engine_prefix):]
-        if not name.startswith(self._engine_prefix) or not rest.isdigit():
-            return None
-        key = int(rest)
-        return key if 0 < key < 2**64 else None
+        return _key_after(name, self._engine_prefix)
 
     def _entries(self, fields: list[bytes], pods: frozenset[str] | None = None) -> tuple[PodEntry, ...]:
         """The entries hash fields name (undecodable ones skipped, rule L13), of ``pods`` only
@@ -429,6 +421,15 @@ class LocalRedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _key_after(name: bytes, prefix: bytes) -> int | None:
+    """The u64 key (> 0) written in decimal right after ``prefix`` in ``name``, or ``None``."""
+    rest = name[len(prefix):]
+    if not name.startswith(prefix) or not rest.isdigit():
+        return None
+    key = int(rest)
+    return key if 0 < key < 2**64 else None
 
 
 def _free_loopback_port() -> int:

@@ -51,6 +51,19 @@ def _check_mfu(mfu: object) -> float:
     return v
 
 
+def _transfer_time_s(n_blocks: int, block_bytes: int, device: Device, link: Device | None, *, write: bool) -> float:
+    """``device`` then ``link`` time for ``n_blocks`` blocks (reads, or writes), input checked."""
+    _check_int("n_blocks", n_blocks)
+    _check_int("block_bytes", block_bytes)
+    _check_device("device", device)
+    _check_device("link", link, optional=True)
+    total = n_blocks * block_bytes
+    seconds = (device.write_time_s if write else device.read_time_s)(total, n_ops=n_blocks)
+    if link is not None:
+        seconds += (link.write_time_s if write else link.read_time_s)(total, n_ops=n_blocks)
+    return seconds
+
+
 def fetch_time_s(n_blocks: int, block_bytes: int, device: Device, link: Device | None = None) -> float:
     """Seconds to onboard ``n_blocks`` blocks of ``block_bytes`` each from a tier's ``device``.
 
@@ -63,15 +76,7 @@ def fetch_time_s(n_blocks: int, block_bytes: int, device: Device, link: Device |
     >>> round(fetch_time_s(4, 2**21, get_device("opal_cpu_memory")), 7)   # 200 ns + 8 MiB / 50 GB/s
     0.000168
     """
-    _check_int("n_blocks", n_blocks)
-    _check_int("block_bytes", block_bytes)
-    _check_device("device", device)
-    _check_device("link", link, optional=True)
-    total = n_blocks * block_bytes
-    seconds = device.read_time_s(total, n_ops=n_blocks)
-    if link is not None:
-        seconds += link.read_time_s(total, n_ops=n_blocks)
-    return seconds
+    return _transfer_time_s(n_blocks, block_bytes, device, link, write=False)
 
 
 def offload_time_s(n_blocks: int, block_bytes: int, device: Device, link: Device | None = None) -> float:
@@ -79,15 +84,7 @@ def offload_time_s(n_blocks: int, block_bytes: int, device: Device, link: Device
 
     The mirror of :func:`fetch_time_s` (same model, same errors).
     """
-    _check_int("n_blocks", n_blocks)
-    _check_int("block_bytes", block_bytes)
-    _check_device("device", device)
-    _check_device("link", link, optional=True)
-    total = n_blocks * block_bytes
-    seconds = device.write_time_s(total, n_ops=n_blocks)
-    if link is not None:
-        seconds += link.write_time_s(total, n_ops=n_blocks)
-    return seconds
+    return _transfer_time_s(n_blocks, block_bytes, device, link, write=True)
 
 
 def recompute_time_s(n_tokens: int, model: ModelSpec, gpu_flops: float, context_tokens: int = 0,
