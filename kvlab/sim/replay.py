@@ -15,18 +15,15 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 import polars as pl
 
+from kvlab.core.semantics import HIT_SEMANTICS, SINGLE_TIER, TOUCH_ORDERS
 from kvlab.policies import get_policy
 from kvlab.sim.kernel import make_orphan_tracker, replay_range
 from kvlab.sim.vllm_kernel import FREE_ORDERS, make_vllm_state, vllm_replay_range
 from kvlab.traces import Trace
 from kvlab.traces.flat import FlatTrace
 
-TOUCH_ORDERS = ("head_most_recent", "tail_most_recent")
 #: Replay modes: kvlab's cache-level prefix cache, or vLLM v1's block pool (:mod:`kvlab.sim.vllm_kernel`).
 MODES = ("prefix", "vllm")
-HIT_SEMANTICS = ("prefix", "independent")
-#: Tier name used in the timeline of a single-cache replay.
-SINGLE_TIER = "cache"
 _CHUNK_REFS = 2_000_000  # block refs per kernel call when a progress bar is shown
 
 

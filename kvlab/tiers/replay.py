@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from kvlab.policies import get_policy
-from kvlab.sim.replay import TOUCH_ORDERS
+from kvlab.core.semantics import TOUCH_ORDERS
 from kvlab.tiers.kernel import (
     COUNTERS,
     MAX_TIERS,

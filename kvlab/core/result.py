@@ -1,0 +1,221 @@
+"""The one result type every kvlab driver returns, and its contract.
+
+A run of any driver — the cache-level replay, the tiered replay, the CacheBlend replay, the
+engine replay, the routed cluster replay, the reference oracle — returns a
+:class:`RunResult` (or a subclass) with four parts:
+
+* ``requests``: a polars frame, one row per request, starting with the core columns
+  :data:`CORE_REQUEST_COLUMNS` (``request_id``, ``arrival_s``, ``input_tokens``,
+  ``hit_blocks``, ``hit_tokens``), then ``rejected`` (bool) where admission can fail, then
+  the driver's own columns;
+* ``timeline``: the long format :data:`TIMELINE_SCHEMA` (``step, time_s, tier, metric,
+  value``), ready for altair (:func:`timeline_frame` builds it);
+* ``summary``: a frozen dataclass deriving from :class:`RunSummary` whose ``to_dict()`` echoes
+  the whole configuration and the trace's ``source``;
+* ``config``: the (frozen) configuration that was run.
+
+:func:`check_result` states the contract in code; the contract test runs it over every driver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import PurePath
+from typing import ClassVar
+
+import numpy as np
+import polars as pl
+
+#: Columns every ``requests`` frame starts with, and the dtype family each must have.
+CORE_REQUEST_COLUMNS: dict[str, str] = {
+    "request_id": "unsigned integer",
+    "arrival_s": "float",
+    "input_tokens": "integer",
+    "hit_blocks": "integer",
+    "hit_tokens": "integer",
+}
+
+#: The long timeline format shared by every driver (column → polars dtype).
+TIMELINE_SCHEMA: dict[str, pl.DataType] = {
+    "step": pl.Int64(),
+    "time_s": pl.Float64(),
+    "tier": pl.String(),
+    "metric": pl.String(),
+    "value": pl.Float64(),
+}
+
+_FAMILIES = {
+    "unsigned integer": lambda d: d.is_unsigned_integer(),
+    "integer": lambda d: d.is_integer(),
+    "float": lambda d: d.is_float(),
+}
+
+
+def to_jsonable(value: object) -> object:
+    """``value`` as plain JSON types: dataclasses and mappings → ``dict`` (string keys),
+    tuples, lists and 1-D arrays → ``list``, numpy scalars → Python scalars, paths and enums →
+    ``str``; a non-finite float → ``None``.
+
+    Raises:
+        ValueError: a value of another type (names its type).
+
+    Example:
+        >>> to_jsonable({"a": (1, np.int64(2)), "b": PurePath("x/y"), "c": float("nan")})
+        {'a': [1, 2], 'b': 'x/y', 'c': None}
+    """
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, np.generic):
+        return to_jsonable(value.item())
+    if isinstance(value, np.ndarray):
+        return [to_jsonable(v) for v in value.tolist()]
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, PurePath):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    raise ValueError(f"cannot turn a {type(value).__name__} into JSON: {value!r}")
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Base of every driver's summary: a frozen dataclass of totals.
+
+    A subclass sets the class attribute ``driver`` (the driver's name, e.g. ``"replay"``) and has
+    at least the fields ``source`` (the trace's source) and ``config`` (the configuration run,
+    echoed whole by :meth:`to_dict`).
+
+    Example:
+        >>> @dataclass(frozen=True)
+        ... class DemoSummary(RunSummary):
+        ...     driver: ClassVar[str] = "demo"
+        ...     source: str
+        ...     config: dict
+        ...     hit_blocks: int
+        >>> DemoSummary("toy", {"capacity_blocks": 4}, 3).to_dict()
+        {'driver': 'demo', 'source': 'toy', 'config': {'capacity_blocks': 4}, 'hit_blocks': 3}
+    """
+
+    driver: ClassVar[str] = ""
+
+    def to_dict(self) -> dict[str, object]:
+        """The summary as JSON types: ``driver``, then every field (the config echoed whole)."""
+        return {"driver": self.driver, **{f.name: to_jsonable(getattr(self, f.name)) for f in fields(self)}}
+
+
+@dataclass(frozen=True, eq=False)
+class RunResult:
+    """What every kvlab driver returns.
+
+    Attributes:
+        requests: one row per request; :data:`CORE_REQUEST_COLUMNS` first, then ``rejected``
+            (bool) where admission can fail, then the driver's own columns.
+        timeline: long format, :data:`TIMELINE_SCHEMA`.
+        summary: the driver's :class:`RunSummary`.
+        config: the configuration run (also echoed in ``summary.to_dict()["config"]``).
+
+    Example:
+        >>> from kvlab.core.semantics import SINGLE_TIER
+        >>> @dataclass(frozen=True)
+        ... class DemoSummary(RunSummary):
+        ...     driver: ClassVar[str] = "demo"
+        ...     source: str
+        ...     config: dict
+        >>> requests = pl.DataFrame({"request_id": pl.Series([0], dtype=pl.UInt64), "arrival_s": [0.0],
+        ...                          "input_tokens": [16], "hit_blocks": [0], "hit_tokens": [0]})
+        >>> timeline = timeline_frame([0], [0.0], SINGLE_TIER, {"used_blocks": [1]})
+        >>> check_result(RunResult(requests, timeline, DemoSummary("toy", {}), {}))
+    """
+
+    requests: pl.DataFrame
+    timeline: pl.DataFrame
+    summary: RunSummary
+    config: object
+
+
+def timeline_frame(step: object, time_s: object, tier: str | object, metrics: Mapping[str, object]) -> pl.DataFrame:
+    """The long timeline: one row per (step, metric), in :data:`TIMELINE_SCHEMA`.
+
+    Args:
+        step: ``int[n]`` step of each row group (a request index or an event-loop step).
+        time_s: ``float[n]`` time of each step, seconds (an arrival or a simulated clock).
+        tier: the tier name of every row (``str``), or ``str[n]``.
+        metrics: metric name → ``[n]`` values (any numeric dtype, stored as float64).
+
+    Raises:
+        ValueError: a metric whose length differs from ``step``'s (names it).
+
+    Example:
+        >>> timeline_frame([0, 1], [0.0, 2.5], "GPU", {"used_blocks": [3, 4]}).rows()
+        [(0, 0.0, 'GPU', 'used_blocks', 3.0), (1, 2.5, 'GPU', 'used_blocks', 4.0)]
+    """
+    step = np.asarray(step, dtype=np.int64)
+    time_s = np.asarray(time_s, dtype=np.float64)
+    if time_s.shape != step.shape:
+        raise ValueError(f"time_s has {time_s.shape[0]} values, step {step.shape[0]}")
+    frames = []
+    for name, values in metrics.items():
+        values = np.asarray(values, dtype=np.float64)
+        if values.shape != step.shape:
+            raise ValueError(f"metric {name!r} has {values.shape[0] if values.ndim else 0} values, "
+                             f"step {step.shape[0]}")
+        frames.append(pl.DataFrame({"step": step, "time_s": time_s, "tier": tier, "metric": name,
+                                    "value": values}, schema=TIMELINE_SCHEMA))
+    return pl.concat(frames) if frames else pl.DataFrame(schema=TIMELINE_SCHEMA)
+
+
+def check_result(result: object) -> None:
+    """Check ``result`` against the result contract; return ``None`` when it holds.
+
+    Raises:
+        ValueError: every violation found, one per line: not a :class:`RunResult`, a missing or
+            mistyped core column, a ``rejected`` column that is not bool, a timeline not in
+            :data:`TIMELINE_SCHEMA`, a summary that is not a frozen :class:`RunSummary` with
+            ``driver``, ``source`` and ``config`` or whose ``to_dict()`` is not JSON types.
+    """
+    if not isinstance(result, RunResult):
+        raise ValueError(f"not a kvlab RunResult: {type(result).__name__}")
+    problems = []
+    requests = result.requests
+    if not isinstance(requests, pl.DataFrame):
+        problems.append(f"requests is a {type(requests).__name__}, not a polars DataFrame")
+    else:
+        names = requests.columns
+        if names[: len(CORE_REQUEST_COLUMNS)] != list(CORE_REQUEST_COLUMNS):
+            problems.append(f"requests must start with {list(CORE_REQUEST_COLUMNS)}, got {names[:6]}")
+        for name, family in CORE_REQUEST_COLUMNS.items():
+            if name in names and not _FAMILIES[family](requests.schema[name]):
+                problems.append(f"requests.{name} must be {family}, got {requests.schema[name]}")
+        if "rejected" in names and requests.schema["rejected"] != pl.Boolean:
+            problems.append(f"requests.rejected must be Boolean, got {requests.schema['rejected']}")
+    timeline = result.timeline
+    if not isinstance(timeline, pl.DataFrame) or dict(timeline.schema) != TIMELINE_SCHEMA:
+        got = dict(timeline.schema) if isinstance(timeline, pl.DataFrame) else type(timeline).__name__
+        problems.append(f"timeline must have schema {TIMELINE_SCHEMA}, got {got}")
+    summary = result.summary
+    if not isinstance(summary, RunSummary) or not summary.__dataclass_params__.frozen:
+        problems.append(f"summary must be a frozen RunSummary dataclass, got {type(summary).__name__}")
+    else:
+        names = {f.name for f in fields(summary)}
+        problems += [f"summary has no field {n!r}" for n in ("source", "config") if n not in names]
+        if not summary.driver:
+            problems.append(f"{type(summary).__name__}.driver is not set")
+        try:
+            import json
+
+            json.dumps(summary.to_dict())
+        except (TypeError, ValueError) as exc:
+            problems.append(f"summary.to_dict() is not JSON: {exc}")
+    if problems:
+        raise ValueError("result contract: " + "; ".join(problems))
