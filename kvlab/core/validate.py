@@ -1,0 +1,178 @@
+"""Argument checks shared by every kvlab package: one signature, ``(name, value, ...)``.
+
+Each check returns the value in its plain Python form (``int``, ``float``, ``bool``, ``str``)
+or raises ``ValueError`` naming the argument and the value. One answer everywhere:
+
+* an integer is a Python ``int`` or a numpy integer, never a ``bool``;
+* a flag is a Python ``bool`` or a ``numpy.bool_``, never ``0``/``1``;
+* a real is an integer or a float (Python or numpy), never a ``bool``; finite unless asked.
+
+Domain checks (a block owned by a pool, a well-formed trace row) stay beside their model and
+build on these.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+
+import numpy as np
+
+#: The largest unsigned 64-bit key.
+U64_MAX = 2**64 - 1
+
+
+def _bound(value: int | float) -> str:
+    """``value`` for a message: ``2**k`` spelled out where it is one (minus one: a half-open range)."""
+    if isinstance(value, int) and value > 2**15 and (value + 1) & value == 0:
+        return f"2**{(value + 1).bit_length() - 1}"
+    return f"{value}"
+
+
+def _range(low: object, high: object, *, low_open: bool = False) -> str:
+    if low is not None and high is not None:
+        close = ")" if isinstance(high, int) and _bound(high).startswith("2**") else "]"
+        return f" in {'(' if low_open else '['}{low}, {_bound(high)}{close}"
+    if low is not None:
+        return f" {'>' if low_open else '>='} {low}"
+    if high is not None:
+        return f" <= {high}"
+    return ""
+
+
+def check_int(name: str, value: object, *, low: int | None = None, high: int | None = None,
+              optional: bool = False) -> int | None:
+    """``value`` as an ``int`` when it is an integer (numpy integers too, not a bool) within
+    ``[low, high]`` (either bound may be ``None``); ``None`` passes when ``optional``.
+
+    Raises:
+        ValueError: names ``name``, the range and the value.
+
+    Example:
+        >>> check_int("capacity_blocks", np.int64(8), low=0), check_int("seed", None, optional=True)
+        (8, None)
+        >>> check_int("block_size", 0, low=1)
+        Traceback (most recent call last):
+        ValueError: block_size must be an integer >= 1, got 0
+    """
+    if value is None and optional:
+        return None
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer))
+            or (low is not None and value < low) or (high is not None and value > high)):
+        none = " or None" if optional else ""
+        raise ValueError(f"{name} must be an integer{_range(low, high)}{none}, got {value!r}")
+    return int(value)
+
+
+def check_count(name: str, value: object, *, optional: bool = False) -> int | None:
+    """An integer ``>= 0`` (a number of blocks, tokens, requests ...): :func:`check_int` with ``low=0``.
+
+    Example:
+        >>> check_count("num_blocks", 3)
+        3
+    """
+    return check_int(name, value, low=0, optional=optional)
+
+
+def check_positive(name: str, value: object, *, optional: bool = False) -> int | None:
+    """An integer ``>= 1`` (a block size, a window): :func:`check_int` with ``low=1``.
+
+    Example:
+        >>> check_positive("window_requests", 100)
+        100
+    """
+    return check_int(name, value, low=1, optional=optional)
+
+
+def check_u64(name: str, value: object) -> int:
+    """A 64-bit unsigned key: an integer in ``[0, 2**64)``.
+
+    Raises:
+        ValueError: names ``name`` and the value.
+
+    Example:
+        >>> check_u64("block_key", -1)
+        Traceback (most recent call last):
+        ValueError: block_key must be an integer in [0, 2**64), got -1
+    """
+    return check_int(name, value, low=0, high=U64_MAX)
+
+
+def check_flag(name: str, value: object) -> bool:
+    """``value`` as a ``bool`` when it is a Python or numpy bool (``1`` is not a flag).
+
+    Raises:
+        ValueError: names ``name`` and the value.
+
+    Example:
+        >>> check_flag("track_orphans", np.True_)
+        True
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def check_real(name: str, value: object, *, low: float | None = None, high: float | None = None,
+               low_open: bool = False, finite: bool = True, optional: bool = False) -> float | None:
+    """``value`` as a ``float`` when it is a real number (numpy too, not a bool) within the bounds
+    (``low`` excluded when ``low_open``); finite unless ``finite=False``; ``None`` passes when
+    ``optional``.
+
+    Raises:
+        ValueError: names ``name``, the range and the value (NaN always refused).
+
+    Example:
+        >>> check_real("arrival_s", np.float32(1.5), low=0.0)
+        1.5
+        >>> check_real("mfu", 0.0, low=0.0, high=1.0, low_open=True)
+        Traceback (most recent call last):
+        ValueError: mfu must be a finite number in (0.0, 1.0], got 0.0
+    """
+    if value is None and optional:
+        return None
+    ok = not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
+    if ok:
+        v = float(value)
+        ok = not math.isnan(v) and (not finite or math.isfinite(v))
+        ok = ok and (low is None or (v > low if low_open else v >= low)) and (high is None or v <= high)
+    if not ok:
+        kind = "a finite number" if finite else "a number"
+        none = " or None" if optional else ""
+        raise ValueError(f"{name} must be {kind}{_range(low, high, low_open=low_open)}{none}, got {value!r}")
+    return v
+
+
+def check_choice(name: str, value: object, choices: Collection[str]) -> str:
+    """``value`` when it is one of ``choices`` (strings).
+
+    Raises:
+        ValueError: names ``name``, the choices and the value.
+
+    Example:
+        >>> check_choice("touch_order", "tail", ("head_most_recent", "tail_most_recent"))
+        Traceback (most recent call last):
+        ValueError: touch_order must be one of ('head_most_recent', 'tail_most_recent'), got 'tail'
+    """
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def check_str(name: str, value: object, *, nonempty: bool = False, optional: bool = False) -> str | None:
+    """``value`` when it is a ``str`` (non-empty when ``nonempty``); ``None`` passes when ``optional``.
+
+    Raises:
+        ValueError: names ``name`` and the value.
+
+    Example:
+        >>> check_str("medium", "", nonempty=True)
+        Traceback (most recent call last):
+        ValueError: medium must be a non-empty str, got ''
+    """
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or (nonempty and not value):
+        kind = "a non-empty str" if nonempty else "a str"
+        raise ValueError(f"{name} must be {kind}{' or None' if optional else ''}, got {value!r}")
+    return value
