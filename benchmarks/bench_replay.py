@@ -39,7 +39,7 @@ def bench(name: str, trace: Trace, capacity_blocks: int, repeats: int) -> dict:
     start = time.perf_counter()
     ref = replay_reference(trace, capacity_blocks=capacity_blocks)
     reference_s = time.perf_counter() - start
-    if not np.array_equal(run_kernel(trace, config).hit_blocks, ref.hit_blocks):
+    if not np.array_equal(run_kernel(trace, config).hit_blocks, ref.requests["hit_blocks"].to_numpy()):
         raise AssertionError(f"{name}: kernel and reference disagree")
     refs = trace.block_refs
     return {

@@ -27,12 +27,13 @@ Example:
 __version__ = "0.6.0"
 
 from kvlab.paths import bundled_trace_path, data_dir  # noqa: E402 - __version__ first, for kvlab.cli
-from kvlab.sim import ReplayConfig, ReplayResult, mrc, replay, sweep  # noqa: E402
+from kvlab.core import RunResult  # noqa: E402
+from kvlab.sim import ReplayConfig, mrc, replay, sweep  # noqa: E402
 from kvlab.traces import Trace, TraceFormatError, load_mooncake, load_trace  # noqa: E402
 
 __all__ = [
     "ReplayConfig",
-    "ReplayResult",
+    "RunResult",
     "Trace",
     "TraceFormatError",
     "bundled_trace_path",

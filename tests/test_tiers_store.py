@@ -41,9 +41,9 @@ ARBITRARY = st.lists(st.lists(st.integers(0, 15), max_size=6), min_size=1, max_s
 def test_exclusive_two_tier_lru_equals_one_lru_of_the_sum(trace, gpu, cpu, touch) -> None:
     """Case 1: write-back, promote on hit: the hits of one LRU of capacity G + C."""
     store = TieredStore([("GPU", gpu), ("CPU", cpu)], write_policy="write_back", promote=True)
-    single = replay_reference(trace, policy="lru", capacity_blocks=gpu + cpu, touch_order=touch)
-    assert replay_store(store, trace, touch) == single.hit_blocks.tolist()
-    assert sum(len(t) for t in store.tiers) == single.used_blocks[-1]
+    single = replay_reference(trace, policy="lru", capacity_blocks=gpu + cpu, touch_order=touch).requests
+    assert replay_store(store, trace, touch) == single["hit_blocks"].to_list()
+    assert sum(len(t) for t in store.tiers) == single["used_blocks"][-1]
 
 
 def test_exclusive_split_between_tiers() -> None:

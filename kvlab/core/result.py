@@ -9,7 +9,8 @@ engine replay, the routed cluster replay, the reference oracle — returns a
   ``hit_blocks``, ``hit_tokens``), then ``rejected`` (bool) where admission can fail, then
   the driver's own columns;
 * ``timeline``: the long format :data:`TIMELINE_SCHEMA` (``step, time_s, tier, metric,
-  value``), ready for altair (:func:`timeline_frame` builds it);
+  value``), ready for altair (:func:`timeline_frame` builds it); metric names come from
+  :data:`TIMELINE_METRICS`, so one chart draws every driver's timeline;
 * ``summary``: a frozen dataclass deriving from :class:`RunSummary` whose ``to_dict()`` echoes
   the whole configuration and the trace's ``source``;
 * ``config``: the (frozen) configuration that was run.
@@ -30,6 +31,8 @@ from typing import ClassVar
 import numpy as np
 import polars as pl
 
+from kvlab.core.validate import check_positive
+
 #: Columns every ``requests`` frame starts with, and the dtype family each must have.
 CORE_REQUEST_COLUMNS: dict[str, str] = {
     "request_id": "unsigned integer",
@@ -48,6 +51,21 @@ TIMELINE_SCHEMA: dict[str, pl.DataType] = {
     "value": pl.Float64(),
 }
 
+#: The timeline's metric vocabulary: name → (how a bin of steps aggregates it, meaning). A driver
+#: records the metrics its model has; ``hit_blocks`` and ``miss_blocks`` (the block references of
+#: each step, split by who served them) let :mod:`kvlab.viz` draw hit ratios and per-tier
+#: breakdowns for any driver.
+TIMELINE_METRICS: dict[str, tuple[str, str]] = {
+    "used_blocks": ("max", "blocks resident in the tier after the step"),
+    "capacity_blocks": ("max", "the tier's capacity, blocks (bounded tiers only)"),
+    "evictions": ("sum", "blocks the tier evicted during the step"),
+    "hit_blocks": ("sum", "blocks of the step's request the tier served (a prefix hit)"),
+    "miss_blocks": ("sum", "blocks of the step's request no tier served (computed), recorded under the "
+                           "tier that computes them (the first tier; in a cluster, the chosen pod)"),
+    "hit_ratio_rolling": ("mean", "block hit ratio over the last window of requests"),
+    "orphaned_blocks": ("max", "resident blocks whose parent block is not resident"),
+}
+
 _FAMILIES = {
     "unsigned integer": lambda d: d.is_unsigned_integer(),
     "integer": lambda d: d.is_integer(),
@@ -56,9 +74,9 @@ _FAMILIES = {
 
 
 def to_jsonable(value: object) -> object:
-    """``value`` as plain JSON types: dataclasses and mappings → ``dict`` (string keys),
-    tuples, lists and 1-D arrays → ``list``, numpy scalars → Python scalars, paths and enums →
-    ``str``; a non-finite float → ``None``.
+    """``value`` as plain JSON types: an object with a ``to_dict()`` method → its result,
+    dataclasses and mappings → ``dict`` (string keys), tuples, lists and 1-D arrays → ``list``,
+    numpy scalars → Python scalars, paths and enums → ``str``; a non-finite float → ``None``.
 
     Raises:
         ValueError: a value of another type (names its type).
@@ -79,6 +97,8 @@ def to_jsonable(value: object) -> object:
         return str(value.value)
     if isinstance(value, PurePath):
         return str(value)
+    if callable(getattr(value, "to_dict", None)) and not isinstance(value, type):
+        return to_jsonable(value.to_dict())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, Mapping):
@@ -175,6 +195,37 @@ def timeline_frame(step: object, time_s: object, tier: str | object, metrics: Ma
     return pl.concat(frames) if frames else pl.DataFrame(schema=TIMELINE_SCHEMA)
 
 
+def rolling_hit_ratio(hit_blocks: object, blocks: object, window_requests: int) -> np.ndarray:
+    """Block-weighted hit ratio over the last ``window_requests`` steps (inclusive).
+
+    Args:
+        hit_blocks: ``[n]`` hit blocks of each step.
+        blocks: ``[n]`` block references of each step (hits + misses).
+        window_requests: the window, steps (≥ 1).
+
+    Returns:
+        ``float64[n]``; 0.0 where the window holds no blocks.
+
+    Raises:
+        ValueError: ``window_requests`` not an integer ≥ 1, or lengths that differ.
+
+    Example:
+        >>> rolling_hit_ratio(np.array([0, 2, 1]), np.array([2, 2, 2]), 2).tolist()
+        [0.0, 0.5, 0.75]
+    """
+    window_requests = check_positive("window_requests", window_requests)
+    hit_blocks, blocks = np.asarray(hit_blocks), np.asarray(blocks)
+    if hit_blocks.shape != blocks.shape:
+        raise ValueError(f"hit_blocks has {hit_blocks.shape[0]} values, blocks {blocks.shape[0]}")
+    hit_sum = np.concatenate([[0], np.cumsum(hit_blocks, dtype=np.float64)])
+    ref_sum = np.concatenate([[0], np.cumsum(blocks, dtype=np.float64)])
+    idx = np.arange(1, hit_blocks.shape[0] + 1)
+    lo = np.maximum(idx - window_requests, 0)
+    refs = ref_sum[idx] - ref_sum[lo]
+    hits = hit_sum[idx] - hit_sum[lo]
+    return np.divide(hits, refs, out=np.zeros(refs.shape[0]), where=refs > 0)
+
+
 def check_result(result: object) -> None:
     """Check ``result`` against the result contract; return ``None`` when it holds.
 
@@ -182,7 +233,8 @@ def check_result(result: object) -> None:
         ValueError: every violation found, one per line: not a :class:`RunResult`, a missing or
             mistyped core column, a ``rejected`` column that is not bool, a timeline not in
             :data:`TIMELINE_SCHEMA`, a summary that is not a frozen :class:`RunSummary` with
-            ``driver``, ``source`` and ``config`` or whose ``to_dict()`` is not JSON types.
+            ``driver``, ``source`` and ``config`` or whose ``to_dict()`` is not JSON types,
+            a null in a core column, a repeated ``request_id``, ``hit_tokens > input_tokens``.
     """
     if not isinstance(result, RunResult):
         raise ValueError(f"not a kvlab RunResult: {type(result).__name__}")
@@ -199,6 +251,13 @@ def check_result(result: object) -> None:
                 problems.append(f"requests.{name} must be {family}, got {requests.schema[name]}")
         if "rejected" in names and requests.schema["rejected"] != pl.Boolean:
             problems.append(f"requests.rejected must be Boolean, got {requests.schema['rejected']}")
+        problems += [f"requests.{n} has nulls" for n in CORE_REQUEST_COLUMNS if n in names and requests[n].has_nulls()]
+        if "request_id" in names and requests["request_id"].n_unique() != requests.height:
+            problems.append("requests.request_id repeats a value")
+        if {"hit_tokens", "input_tokens"} <= set(names):
+            over = requests.filter(pl.col("hit_tokens").cast(pl.Int64) > pl.col("input_tokens").cast(pl.Int64))
+            if over.height:
+                problems.append(f"requests.hit_tokens > input_tokens in {over.height} row(s)")
     timeline = result.timeline
     if not isinstance(timeline, pl.DataFrame) or dict(timeline.schema) != TIMELINE_SCHEMA:
         got = dict(timeline.schema) if isinstance(timeline, pl.DataFrame) else type(timeline).__name__

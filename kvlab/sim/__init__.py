@@ -3,7 +3,7 @@
 =========================  ======================================================================
 name                       what
 =========================  ======================================================================
-:func:`replay`             one trace through one cache → requests, timeline, summary
+:func:`replay`             one trace through one cache → a :class:`kvlab.core.RunResult`
 :func:`sweep`              a grid of capacities × policies → one row per run (in parallel)
 :func:`mrc`                LRU hit ratio at every capacity in one pass (Mattson; SHARDS sampling)
 :func:`replay_reference`   plain-Python replay over a policy's reference class (oracle)
@@ -11,27 +11,18 @@ name                       what
 =========================  ======================================================================
 """
 
-from kvlab.sim.reference import ReferenceRun, replay_reference
-from kvlab.sim.replay import (
-    TOUCH_ORDERS,
-    ReplayConfig,
-    ReplayResult,
-    ReplaySummary,
-    replay,
-    rolling_hit_ratio,
-)
+from kvlab.sim.reference import ReferenceSummary, replay_reference
+from kvlab.sim.replay import TOUCH_ORDERS, ReplayConfig, ReplaySummary, replay
 from kvlab.sim.sweep import sweep
 from kvlab.sim.mrc import mrc  # noqa: E402 - after sweep, whose schema it reuses
 
 __all__ = [
     "TOUCH_ORDERS",
-    "ReferenceRun",
+    "ReferenceSummary",
     "ReplayConfig",
-    "ReplayResult",
     "ReplaySummary",
     "mrc",
     "replay",
     "replay_reference",
-    "rolling_hit_ratio",
     "sweep",
 ]

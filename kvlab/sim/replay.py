@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import numpy as np
 import polars as pl
 
+from kvlab.core.result import RunResult, RunSummary, rolling_hit_ratio, timeline_frame
 from kvlab.core.semantics import HIT_SEMANTICS, SINGLE_TIER, TOUCH_ORDERS
+from kvlab.core.validate import check_choice, check_flag, check_int, check_positive, check_real
 from kvlab.policies import get_policy
 from kvlab.sim.kernel import make_orphan_tracker, replay_range
 from kvlab.sim.vllm_kernel import FREE_ORDERS, make_vllm_state, vllm_replay_range
@@ -64,7 +67,7 @@ class ReplayConfig:
         >>> ReplayConfig(capacity_blocks=-1)
         Traceback (most recent call last):
         ...
-        ValueError: capacity_blocks must be an integer >= 0 or None, got -1 (below 2**63)
+        ValueError: capacity_blocks must be an integer in [0, 2**63) or None, got -1
     """
 
     policy: str = "lru"
@@ -79,27 +82,21 @@ class ReplayConfig:
 
     def __post_init__(self) -> None:
         get_policy(self.policy)
-        cap = self.capacity_blocks
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or not 0 <= cap < 2**63):
-            raise ValueError(f"capacity_blocks must be an integer >= 0 or None, got {cap!r} (below 2**63)")
-        if cap is not None:
-            object.__setattr__(self, "capacity_blocks", int(cap))
-        if self.touch_order not in TOUCH_ORDERS:
-            raise ValueError(f"touch_order must be one of {TOUCH_ORDERS}, got {self.touch_order!r}")
-        w = self.warmup_fraction
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w < 1.0:
-            raise ValueError(f"warmup_fraction must be a number in [0, 1), got {w!r}")
-        win = self.window_requests
-        if isinstance(win, bool) or not isinstance(win, (int, np.integer)) or win < 1:
-            raise ValueError(f"window_requests must be an integer >= 1, got {win!r}")
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.free_order not in FREE_ORDERS:
-            raise ValueError(f"free_order must be one of {FREE_ORDERS}, got {self.free_order!r}")
-        if self.hit_semantics not in HIT_SEMANTICS:
-            raise ValueError(f"hit_semantics must be one of {HIT_SEMANTICS}, got {self.hit_semantics!r}")
-        if not isinstance(self.track_orphans, bool):
-            raise ValueError(f"track_orphans must be a bool, got {self.track_orphans!r}")
+        normal = {
+            "capacity_blocks": check_int("capacity_blocks", self.capacity_blocks, low=0, high=2**63 - 1,
+                                         optional=True),
+            "touch_order": check_choice("touch_order", self.touch_order, TOUCH_ORDERS),
+            "warmup_fraction": check_real("warmup_fraction", self.warmup_fraction),
+            "window_requests": check_positive("window_requests", self.window_requests),
+            "mode": check_choice("mode", self.mode, MODES),
+            "free_order": check_choice("free_order", self.free_order, FREE_ORDERS),
+            "hit_semantics": check_choice("hit_semantics", self.hit_semantics, HIT_SEMANTICS),
+            "track_orphans": check_flag("track_orphans", self.track_orphans),
+        }
+        if not 0.0 <= normal["warmup_fraction"] < 1.0:
+            raise ValueError(f"warmup_fraction must be a number in [0, 1), got {self.warmup_fraction!r}")
+        for name, value in normal.items():
+            object.__setattr__(self, name, value)
         if self.mode == "vllm" and (self.hit_semantics != "prefix" or self.track_orphans):
             raise ValueError("mode 'vllm' models vLLM's prefix lookups: hit_semantics='independent' and "
                              "track_orphans apply to mode 'prefix' only")
@@ -114,24 +111,28 @@ class ReplayConfig:
 
 
 @dataclass(frozen=True)
-class ReplaySummary:
-    """Totals over the measured requests (after warm-up) of one replay.
+class ReplaySummary(RunSummary):
+    """Totals over the measured requests (after warm-up) of one :func:`replay`.
 
     ``requests`` counts the measured requests only; ``warmup_requests`` the excluded
     ones before them. ``block_refs``, ``hit_blocks``, ``input_tokens``,
     ``hit_tokens`` and ``evictions`` are sums over the measured requests;
     ``peak_used_blocks`` is over the whole run. ``rejected_requests`` (``"vllm"`` mode)
     counts measured requests needing more blocks than the pool: never admitted, they
-    count as misses. Ratios are 0.0 when their
-    denominator is 0. ``capacity_blocks`` is ``None`` for an unbounded cache.
+    count as misses. Ratios are 0.0 when their denominator is 0;
+    ``mean_orphaned_share`` is ``None`` unless ``config.track_orphans``. ``config`` is the
+    :class:`ReplayConfig` run (policy, capacity, mode ...).
+
+    Example:
+        >>> from kvlab.traces import chat_sessions, ChatWorkload
+        >>> s = replay(chat_sessions(ChatWorkload(n_sessions=4, block_size=64), seed=0)).summary
+        >>> s.driver, s.config.policy, s.to_dict()["config"]["capacity_blocks"], s.evictions
+        ('replay', 'lru', None, 0)
     """
 
+    driver: ClassVar[str] = "replay"
     source: str
-    policy: str
-    mode: str
-    capacity_blocks: int | None
-    touch_order: str
-    warmup_fraction: float
+    config: ReplayConfig
     requests: int
     warmup_requests: int
     block_refs: int
@@ -146,47 +147,18 @@ class ReplaySummary:
     rejected_requests: int
     mean_orphaned_share: float | None
 
-    def to_dict(self) -> dict[str, object]:
-        """The summary as a JSON-serialisable ``dict``."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
     def __str__(self) -> str:
-        cap = "unbounded" if self.capacity_blocks is None else f"{self.capacity_blocks:,} blocks"
+        c = self.config
+        cap = "unbounded" if c.capacity_blocks is None else f"{c.capacity_blocks:,} blocks"
         return "\n".join([
             f"trace        {self.source}",
-            f"cache        {self.policy}, {cap}, touch order {self.touch_order}"
-            + ("" if self.mode == "prefix" else f", mode {self.mode}"),
+            f"cache        {c.policy}, {cap}, touch order {c.touch_order}"
+            + ("" if c.mode == "prefix" else f", mode {c.mode}"),
             f"requests     {self.requests:,} measured ({self.warmup_requests:,} warm-up)",
             f"block hits   {self.hit_blocks:,} / {self.block_refs:,} = {self.block_hit_ratio:.4f}",
             f"token hits   {self.hit_tokens:,} / {self.input_tokens:,} = {self.token_hit_ratio:.4f}",
             f"evictions    {self.evictions:,}   peak used {self.peak_used_blocks:,} blocks",
         ])
-
-
-@dataclass(frozen=True, eq=False)
-class ReplayResult:
-    """Output of :func:`replay`.
-
-    Attributes:
-        requests: one row per request: ``request_id`` (u64), ``arrival_s`` (f64),
-            ``input_tokens``, ``blocks``, ``hit_blocks``, ``hit_tokens``,
-            ``miss_blocks``, ``miss_tokens`` (u32), ``evictions``, ``used_blocks``
-            (i64, after the request; cached blocks in ``"vllm"`` mode), ``admitted``
-            (bool, false when a ``"vllm"``-mode pool is too small for the request),
-            ``measured`` (bool, false during warm-up).
-        timeline: long format, one row per request and metric: ``step`` (i64, request
-            index), ``time_s`` (f64, arrival), ``tier`` (str), ``metric`` (str:
-            ``used_blocks``, ``capacity_blocks`` (bounded caches only), ``evictions``,
-            ``hit_ratio_rolling`` (block-weighted over the last ``window_requests``)),
-            ``value`` (f64).
-        summary: totals over the measured requests.
-        config: the configuration replayed.
-    """
-
-    requests: pl.DataFrame
-    timeline: pl.DataFrame
-    summary: ReplaySummary
-    config: ReplayConfig
 
 
 @dataclass(frozen=True, eq=False)
@@ -271,8 +243,9 @@ def _vllm_step(flat: FlatTrace, config: ReplayConfig, hits: np.ndarray, used: np
                                           current, a, b, *state, hits, used, evictions, admitted)
 
 
-def summarize(trace: Trace, config: ReplayConfig, run: KernelRun) -> ReplaySummary:
-    """Totals of a kernel run over the measured requests."""
+def summarize(trace: Trace, config: ReplayConfig, run: KernelRun,
+              summary_type: type[ReplaySummary] = ReplaySummary) -> ReplaySummary:
+    """Totals of a kernel run over the measured requests, as a ``summary_type``."""
     flat = trace.flat
     skip = config.warmup_requests(flat.n_requests)
     blocks = flat.blocks_per_request()[skip:]
@@ -281,10 +254,8 @@ def summarize(trace: Trace, config: ReplayConfig, run: KernelRun) -> ReplaySumma
     hit_tokens = np.minimum(hits * flat.block_size, inputs)
     refs, n_inputs = int(blocks.sum()), int(inputs.sum())
     nonempty = blocks > 0
-    return ReplaySummary(
-        source=trace.source, policy=config.policy, mode=config.mode, capacity_blocks=config.capacity_blocks,
-        touch_order=config.touch_order, warmup_fraction=float(config.warmup_fraction),
-        requests=int(blocks.shape[0]), warmup_requests=skip,
+    return summary_type(
+        source=trace.source, config=config, requests=int(blocks.shape[0]), warmup_requests=skip,
         block_refs=refs, hit_blocks=int(hits.sum()),
         block_hit_ratio=float(hits.sum() / refs) if refs else 0.0,
         input_tokens=n_inputs, hit_tokens=int(hit_tokens.sum()),
@@ -304,7 +275,7 @@ def _orphan_share(run: KernelRun, skip: int) -> float:
 
 
 def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool = False,
-           **overrides: object) -> ReplayResult:
+           **overrides: object) -> RunResult:
     """Replay ``trace`` through one cache (models a single global prefix cache).
 
     Args:
@@ -314,7 +285,19 @@ def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool =
         progress: show a progress bar over block references.
 
     Returns:
-        A :class:`ReplayResult` (per-request frame, long timeline, summary).
+        A :class:`~kvlab.core.RunResult`:
+
+        * ``requests``: one row per request: ``request_id`` (u64), ``arrival_s`` (f64),
+          ``input_tokens``, ``hit_blocks``, ``hit_tokens`` (u32), ``rejected`` (bool, true
+          when a ``"vllm"``-mode pool is too small for the request: a miss), then ``blocks``,
+          ``miss_blocks``, ``miss_tokens`` (u32), ``evictions``, ``used_blocks`` (i32, after
+          the request; cached blocks in ``"vllm"`` mode), ``measured`` (bool, false during
+          warm-up);
+        * ``timeline``: one row per request and metric, ``step`` = request index, ``time_s`` =
+          arrival, tier ``"cache"``: ``used_blocks``, ``evictions``, ``hit_ratio_rolling``
+          (block-weighted over the last ``window_requests``), ``capacity_blocks`` (bounded
+          caches), ``orphaned_blocks`` (with ``track_orphans``), ``hit_blocks``, ``miss_blocks``;
+        * ``summary``: a :class:`ReplaySummary`; ``config``: the :class:`ReplayConfig`.
 
     Raises:
         ValueError: ``trace`` is not a :class:`~kvlab.traces.Trace`, ``config`` is not
@@ -334,13 +317,14 @@ def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool =
         raise ValueError(f"config must be a ReplayConfig or None, got {config!r}; "
                          "pass the capacity by name: replay(trace, capacity_blocks=...)")
     config = replace(config or ReplayConfig(), **overrides)
-    run = run_kernel(trace, config, progress=progress)
-    return ReplayResult(
-        requests=_requests_frame(trace, config, run),
-        timeline=_timeline_frame(trace, config, run),
-        summary=summarize(trace, config, run),
-        config=config,
-    )
+    return result_of(trace, config, run_kernel(trace, config, progress=progress))
+
+
+def result_of(trace: Trace, config: ReplayConfig, run: KernelRun,
+              summary_type: type[ReplaySummary] = ReplaySummary) -> RunResult:
+    """The :class:`~kvlab.core.RunResult` of a run's per-request arrays (as :func:`replay` returns)."""
+    return RunResult(requests=_requests_frame(trace, config, run), timeline=_timeline_frame(trace, config, run),
+                     summary=summarize(trace, config, run, summary_type), config=config)
 
 
 def _requests_frame(trace: Trace, config: ReplayConfig, run: KernelRun) -> pl.DataFrame:
@@ -352,51 +336,30 @@ def _requests_frame(trace: Trace, config: ReplayConfig, run: KernelRun) -> pl.Da
         "request_id": trace.frame["request_id"],
         "arrival_s": trace.frame["arrival_s"],
         "input_tokens": trace.frame["input_tokens"],
-        "blocks": pl.Series(blocks, dtype=pl.UInt32),
         "hit_blocks": pl.Series(run.hit_blocks, dtype=pl.UInt32),
         "hit_tokens": pl.Series(hit_tokens, dtype=pl.UInt32),
+        "rejected": ~run.admitted,
+        "blocks": pl.Series(blocks, dtype=pl.UInt32),
         "miss_blocks": pl.Series(blocks - run.hit_blocks, dtype=pl.UInt32),
         "miss_tokens": pl.Series(flat.input_tokens - hit_tokens, dtype=pl.UInt32),
         "evictions": run.evictions,
         "used_blocks": run.used_blocks,
-        "admitted": run.admitted,
         "measured": measured,
     })
 
 
-def rolling_hit_ratio(hit_blocks: np.ndarray, blocks: np.ndarray, window_requests: int) -> np.ndarray:
-    """Block-weighted hit ratio over the last ``window_requests`` requests (inclusive).
-
-    Returns ``float64[n]``; 0.0 where the window holds no blocks.
-
-    Example:
-        >>> rolling_hit_ratio(np.array([0, 2, 1]), np.array([2, 2, 2]), 2).tolist()
-        [0.0, 0.5, 0.75]
-    """
-    hit_sum = np.concatenate([[0], np.cumsum(hit_blocks)])
-    ref_sum = np.concatenate([[0], np.cumsum(blocks)])
-    idx = np.arange(1, hit_blocks.shape[0] + 1)
-    lo = np.maximum(idx - window_requests, 0)
-    refs = ref_sum[idx] - ref_sum[lo]
-    hits = hit_sum[idx] - hit_sum[lo]
-    return np.divide(hits, refs, out=np.zeros(refs.shape[0]), where=refs > 0)
-
-
 def _timeline_frame(trace: Trace, config: ReplayConfig, run: KernelRun) -> pl.DataFrame:
     flat = trace.flat
+    blocks = flat.blocks_per_request()
     metrics = {
         "used_blocks": run.used_blocks,
         "evictions": run.evictions,
-        "hit_ratio_rolling": rolling_hit_ratio(run.hit_blocks, flat.blocks_per_request(), config.window_requests),
+        "hit_ratio_rolling": rolling_hit_ratio(run.hit_blocks, blocks, config.window_requests),
     }
     if config.capacity_blocks is not None:
         metrics["capacity_blocks"] = np.full(flat.n_requests, config.capacity_blocks)
     if config.track_orphans:
         metrics["orphaned_blocks"] = run.orphans
-    step = np.arange(flat.n_requests, dtype=np.int64)
-    time_s = trace.frame["arrival_s"].to_numpy()
-    return pl.concat([
-        pl.DataFrame({"step": step, "time_s": time_s, "tier": SINGLE_TIER, "metric": name,
-                      "value": values.astype(np.float64)})
-        for name, values in metrics.items()
-    ])
+    metrics["hit_blocks"] = run.hit_blocks
+    metrics["miss_blocks"] = blocks - run.hit_blocks
+    return timeline_frame(np.arange(flat.n_requests), trace.frame["arrival_s"].to_numpy(), SINGLE_TIER, metrics)

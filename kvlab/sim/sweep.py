@@ -31,11 +31,11 @@ def _init_worker(trace: Trace) -> None:
 def _run_config(config: ReplayConfig, trace: Trace | None = None) -> dict[str, object]:
     trace = _WORKER_TRACE if trace is None else trace
     s = summarize(trace, config, run_kernel(trace, config))
-    return {"source": s.source, "policy": s.policy, "mode": s.mode, "hit_semantics": config.hit_semantics,
-            "touch_order": s.touch_order,
-            "warmup_fraction": s.warmup_fraction, "capacity_blocks": s.capacity_blocks, "block_refs": s.block_refs,
-            "hit_blocks": s.hit_blocks, "evictions": s.evictions, "block_hit_ratio": s.block_hit_ratio,
-            "token_hit_ratio": s.token_hit_ratio, "mean_orphaned_share": s.mean_orphaned_share}
+    return {"source": s.source, "policy": config.policy, "mode": config.mode, "hit_semantics": config.hit_semantics,
+            "touch_order": config.touch_order, "warmup_fraction": config.warmup_fraction,
+            "capacity_blocks": config.capacity_blocks, "block_refs": s.block_refs, "hit_blocks": s.hit_blocks,
+            "evictions": s.evictions, "block_hit_ratio": s.block_hit_ratio, "token_hit_ratio": s.token_hit_ratio,
+            "mean_orphaned_share": s.mean_orphaned_share}
 
 
 def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Iterable[str] | str = ("lru",), *,

@@ -32,12 +32,12 @@ def test_last_token_rule_and_full_blocks_only() -> None:
     assert replay(tail).requests["hit_blocks"].to_list() == [0, 2]  # prefix mode keys the tail
 
 
-def test_requests_larger_than_the_pool_are_not_admitted() -> None:
+def test_requests_larger_than_the_pool_are_rejected() -> None:
     trace = make_trace([[1, 2, 3], [1, 2, 3, 4, 5], [1, 2, 3]], block_size=1)
     result = replay(trace, capacity_blocks=4, mode="vllm")
-    assert result.requests["admitted"].to_list() == [True, False, True]
+    assert result.requests["rejected"].to_list() == [False, True, False]
     assert result.requests["hit_blocks"].to_list() == [0, 0, 2]
-    assert result.summary.rejected_requests == 1 and result.summary.mode == "vllm"
+    assert result.summary.rejected_requests == 1 and result.summary.config.mode == "vllm"
 
 
 def test_design_doc_example_in_both_free_orders() -> None:

@@ -42,8 +42,8 @@ def test_golden_scenario_capacity_3(touch, hits, evictions, order) -> None:
     assert result.requests["evictions"].to_list() == evictions
     assert result.requests["used_blocks"].to_list() == [3, 3, 3, 3]
     assert eviction_order(trace, 3, touch) == order
-    ref = replay_reference(trace, capacity_blocks=3, touch_order=touch)
-    assert ref.hit_blocks.tolist() == hits and ref.evictions.tolist() == evictions
+    ref = replay_reference(trace, capacity_blocks=3, touch_order=touch).requests
+    assert ref["hit_blocks"].to_list() == hits and ref["evictions"].to_list() == evictions
 
 
 @given(trace=chained_traces(), capacity=st.one_of(st.none(), st.integers(0, 60)),
@@ -52,16 +52,23 @@ def test_golden_scenario_capacity_3(touch, hits, evictions, order) -> None:
 def test_kernel_equals_reference(trace, capacity, touch, semantics) -> None:
     """The numba kernel and the OrderedDict reference agree request by request — hits,
     occupancy, evictions and orphaned blocks (the kernel's incremental count against a
-    recount from scratch)."""
+    recount from scratch) — so their frames and totals are equal."""
     result = replay(trace, capacity_blocks=capacity, touch_order=touch, hit_semantics=semantics,
                     track_orphans=True)
     ref = replay_reference(trace, capacity_blocks=capacity, touch_order=touch, hit_semantics=semantics,
-                           count_orphans=True)
-    assert result.requests["hit_blocks"].to_list() == ref.hit_blocks.tolist()
-    assert result.requests["used_blocks"].to_list() == ref.used_blocks.tolist()
-    assert result.requests["evictions"].to_list() == ref.evictions.tolist()
-    orphans = result.timeline.filter(pl.col("metric") == "orphaned_blocks")["value"].to_list()
-    assert orphans == ref.orphans.astype(float).tolist()
+                           track_orphans=True)
+    assert result.requests.equals(ref.requests) and result.timeline.equals(ref.timeline)
+    assert {**result.summary.to_dict(), "driver": "replay_reference"} == ref.summary.to_dict()
+
+
+def test_reference_refuses_the_vllm_mode_and_bad_input() -> None:
+    trace = make_trace(SCENARIO, block_size=1)
+    with pytest.raises(ValueError, match="replay_reference models mode 'prefix' only"):
+        replay_reference(trace, mode="vllm")
+    with pytest.raises(ValueError, match="trace must be a kvlab Trace"):
+        replay_reference(trace.frame)
+    with pytest.raises(ValueError, match="config must be a ReplayConfig or None, got 3"):
+        replay_reference(trace, 3)
 
 
 @given(trace=chained_traces(), capacity=st.integers(0, 30))
@@ -130,7 +137,11 @@ def test_timeline_long_format() -> None:
     result = replay(trace, capacity_blocks=3, window_requests=2)
     tl = result.timeline
     assert tl.columns == ["step", "time_s", "tier", "metric", "value"]
-    assert set(tl["metric"].unique()) == {"used_blocks", "evictions", "hit_ratio_rolling", "capacity_blocks"}
+    assert set(tl["metric"].unique()) == {"used_blocks", "evictions", "hit_ratio_rolling", "capacity_blocks",
+                                          "hit_blocks", "miss_blocks"}
+    hits = tl.filter(pl.col("metric") == "hit_blocks")["value"].to_list()
+    misses = tl.filter(pl.col("metric") == "miss_blocks")["value"].to_list()
+    assert hits == [0.0, 2.0, 1.0, 2.0] and misses == [3.0, 1.0, 1.0, 1.0]  # golden scenario, head most recent
     ratio = tl.filter(pl.col("metric") == "hit_ratio_rolling")["value"].to_list()
     assert ratio == pytest.approx([0.0, 2 / 6, 3 / 5, 3 / 5])
     assert "capacity_blocks" not in replay(trace).timeline["metric"].to_list()
@@ -145,8 +156,8 @@ def test_progress_chunks_give_the_same_result(conversation, monkeypatch) -> None
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
-    ("capacity_blocks", -1, "capacity_blocks must be an integer >= 0 or None, got -1"),
-    ("capacity_blocks", 2.5, "capacity_blocks must be an integer >= 0 or None, got 2.5"),
+    ("capacity_blocks", -1, "capacity_blocks must be an integer in [0, 2**63) or None, got -1"),
+    ("capacity_blocks", 2.5, "capacity_blocks must be an integer in [0, 2**63) or None, got 2.5"),
     ("touch_order", "random", "touch_order must be one of"),
     ("warmup_fraction", 1.0, "warmup_fraction must be a number in [0, 1), got 1.0"),
     ("window_requests", 0, "window_requests must be an integer >= 1, got 0"),
@@ -175,9 +186,9 @@ def test_sweep_accepts_generators_and_matches_replay() -> None:
 def test_capacity_beyond_the_working_set_behaves_as_unbounded() -> None:
     trace = make_trace(SCENARIO, block_size=1)
     huge = replay(trace, capacity_blocks=2**63 - 1).summary
-    assert huge.capacity_blocks == 2**63 - 1
+    assert huge.config.capacity_blocks == 2**63 - 1
     assert huge.hit_blocks == replay(trace).summary.hit_blocks
-    with pytest.raises(ValueError, match=r"got 1180591620717411303424 \(below 2\*\*63\)"):
+    with pytest.raises(ValueError, match=r"in \[0, 2\*\*63\) or None, got 1180591620717411303424"):
         replay(trace, capacity_blocks=2**70)  # frames store capacities as int64
 
 
