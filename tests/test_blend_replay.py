@@ -28,24 +28,24 @@ SYS, A, B = [1, 2, 3, 4], list(range(100, 108)), list(range(200, 208))
 
 
 def _col(result, name: str) -> list[int]:
-    return result.frame[name].to_list()
+    return result.requests[name].to_list()
 
 
 def test_reordered_documents_prefix_saves_only_the_system_prompt_blend_reuses_both() -> None:
     r = replay_rag(_trace(SYS + A + B, SYS + B + A), chunk_size=4, recompute_ratio=0.0, min_blend_tokens=0)
     assert _col(r, "prefix_only_saved_tokens") == [0, 4]
-    assert _col(r, "prefix_hit_tokens") == [0, 4]
+    assert _col(r, "hit_tokens") == [0, 4]
     assert _col(r, "blended_tokens") == [0, 16]
     assert _col(r, "fresh_tokens") == [20, 0]
     assert _col(r, "saved_tokens") == [0, 20]
-    assert r.summary["prefix_only_saved_tokens"] == 4 and r.summary["saved_tokens"] == 20
+    assert r.summary.prefix_only_saved_tokens == 4 and r.summary.saved_tokens == 20
 
 
 def test_recompute_ratio_is_charged_on_the_blended_tokens() -> None:
     r = replay_rag(_trace(SYS + A + B, SYS + B + A), chunk_size=4, recompute_ratio=0.25, min_blend_tokens=0)
     assert _col(r, "recomputed_blend_tokens") == [0, 4]
     assert _col(r, "saved_tokens") == [0, 16]
-    assert r.summary["recomputed_blend_tokens"] == 4
+    assert r.summary.recomputed_blend_tokens == 4
 
 
 @pytest.mark.parametrize("min_blend, blended", [(0, 16), (16, 16), (17, 0)])
@@ -60,7 +60,7 @@ def test_unaligned_documents_are_found_at_shifted_offsets() -> None:
     r = replay_rag(_trace([1, 2] + A + B, [1, 2] + B + A, block_size=2), chunk_size=4, recompute_ratio=0.0,
                    min_blend_tokens=0)
     # request 1's chunks: [1 2 A0 A1] [A2..A5] [A6 A7 B0 B1] [B2..B5]; request 2 holds [B2..B5] at 4, [A2..A5] at 12
-    assert _col(r, "prefix_hit_tokens") == [0, 0]
+    assert _col(r, "hit_tokens") == [0, 0]
     assert _col(r, "blended_tokens") == [0, 8]
     assert _col(r, "fresh_tokens") == [18, 10]
 
@@ -80,7 +80,11 @@ def test_an_evicted_chunk_is_no_longer_blended(capacity: int | None, blended: in
     # a request's chunks are refreshed tail first: with room for 4, A's tail chunk goes, its head stays
     assert _col(r, "blended_tokens") == [0, 0, blended]
     evicted = {None: 0, 5: 3, 4: 4, 3: 5}[capacity]  # 8 distinct chunks stored over the run
-    assert r.summary["prefix_only_evicted_chunks"] == r.summary["evicted_chunks"] == evicted
+    assert r.summary.prefix_only_evicted_chunks == r.summary.evicted_chunks == evicted
+    timeline = r.timeline.pivot(on="metric", index="step", values="value")
+    assert timeline["evictions"].sum() == evicted
+    room = capacity or 8
+    assert timeline["used_blocks"].to_list() == [2, min(5, room), min(8, room)]  # 2, 3 and 3 new chunks
 
 
 def test_eviction_of_the_prefix_chunk_drops_the_prefix_hit() -> None:
@@ -120,12 +124,12 @@ def test_blend_never_saves_less_than_prefix_only_and_matches_a_naive_replay(
     trace = rag(n, num_documents=num_docs, document_tokens=doc * 64, system_prompt_tokens=sys_tokens,
                 docs_per_request=min(k, num_docs), order=order, popularity=popularity, seed=seed)
     r = replay_rag(trace, chunk_size=64, recompute_ratio=ratio, min_blend_tokens=min_blend)
-    f = r.frame
+    f = r.requests
     assert (f["saved_tokens"] >= f["prefix_only_saved_tokens"]).all()
-    assert (f["prefix_hit_tokens"] == f["prefix_only_saved_tokens"]).all()  # unbounded: same cache contents
-    assert (f["prefix_hit_tokens"] + f["blended_tokens"] + f["fresh_tokens"] == f["prompt_tokens"]).all()
+    assert (f["hit_tokens"] == f["prefix_only_saved_tokens"]).all()  # unbounded: same cache contents
+    assert (f["hit_tokens"] + f["blended_tokens"] + f["fresh_tokens"] == f["input_tokens"]).all()
     expected = _naive_replay(trace.frame["token_ids"].to_list(), 64, min_blend)
-    assert list(zip(_col(r, "prefix_hit_tokens"), _col(r, "blended_tokens"))) == expected
+    assert list(zip(_col(r, "hit_tokens"), _col(r, "blended_tokens"))) == expected
 
 
 def _naive_replay(prompts: list[list[int]], chunk: int, min_blend: int) -> list[tuple[int, int]]:
@@ -159,34 +163,34 @@ def test_ttft_columns_with_a_model_and_a_device() -> None:
     nvme = replay_rag(trace, model=LLAMA, gpu_flops=H100, device=get_device("nvme_gen4"),
                       link=get_device("pcie_gen4_x16"))
     for r in (on_gpu, nvme):
-        assert (r.frame["ttft_saved_s"] >= r.frame["prefix_only_ttft_saved_s"]).all()
-        assert r.summary["ttft_saved_s"] == pytest.approx(r.frame["ttft_saved_s"].sum())
-        assert r.frame["ttft_saved_s"][0] == 0.0
-    assert (nvme.frame["ttft_saved_s"] <= on_gpu.frame["ttft_saved_s"]).all()
-    assert nvme.summary["ttft_saved_s"] < on_gpu.summary["ttft_saved_s"]
-    assert "ttft_saved_s" not in replay_rag(trace).frame.columns
+        assert (r.requests["ttft_saved_s"] >= r.requests["prefix_only_ttft_saved_s"]).all()
+        assert r.summary.ttft_saved_s == pytest.approx(r.requests["ttft_saved_s"].sum())
+        assert r.requests["ttft_saved_s"][0] == 0.0
+    assert (nvme.requests["ttft_saved_s"] <= on_gpu.requests["ttft_saved_s"]).all()
+    assert nvme.summary.ttft_saved_s < on_gpu.summary.ttft_saved_s
+    assert "ttft_saved_s" not in replay_rag(trace).requests.columns
 
 
 def test_summary_totals_and_fractions() -> None:
     r = replay_rag(rag(8, num_documents=4, document_tokens=256, system_prompt_tokens=256, docs_per_request=2,
                        order="shuffled", seed=2))
-    f = r.frame
-    assert r.summary["requests"] == 8
-    for col in ("prompt_tokens", "prefix_only_saved_tokens", "blended_tokens", "saved_tokens", "fresh_tokens"):
-        assert r.summary[col] == f[col].sum()
-    assert r.summary["saved_fraction"] == pytest.approx(f["saved_tokens"].sum() / f["prompt_tokens"].sum())
-    assert r.summary["saved_fraction"] >= r.summary["prefix_only_saved_fraction"]
+    f = r.requests
+    assert r.summary.requests == 8
+    for col in ("input_tokens", "prefix_only_saved_tokens", "blended_tokens", "saved_tokens", "fresh_tokens"):
+        assert getattr(r.summary, col) == f[col].sum()
+    assert r.summary.saved_fraction == pytest.approx(f["saved_tokens"].sum() / f["input_tokens"].sum())
+    assert r.summary.saved_fraction >= r.summary.prefix_only_saved_fraction
     assert f["request_id"].to_list() == list(range(8))
 
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"chunk_size": 24}, "chunk_size=24 must be a multiple of the trace's block_size=16"),
-    ({"chunk_size": 0}, "chunk_size must be >= 1"),
-    ({"capacity_chunks": 0}, "capacity_chunks must be >= 1"),
+    ({"chunk_size": 0}, "chunk_size must be an integer >= 1, got 0"),
+    ({"capacity_chunks": 0}, "capacity_chunks must be an integer >= 1 or None, got 0"),
     ({"model": LLAMA}, "model and gpu_flops go together"),
     ({"gpu_flops": H100}, "model and gpu_flops go together"),
-    ({"recompute_ratio": 2.0}, "recompute_ratio must be in"),
-    ({"min_blend_tokens": -1}, "min_blend_tokens must be >= 0"),
+    ({"recompute_ratio": 2.0}, r"recompute_ratio must be a finite number in \[0.0, 1.0\], got 2.0"),
+    ({"min_blend_tokens": -1}, "min_blend_tokens must be an integer >= 0, got -1"),
 ])
 def test_bad_arguments_raise(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -204,5 +208,5 @@ def test_trace_without_token_ids_raises() -> None:
 def test_deterministic() -> None:
     trace = rag(10, num_documents=5, document_tokens=256, system_prompt_tokens=128, order=0.5, seed=3)
     a, b = replay_rag(trace, capacity_chunks=20), replay_rag(trace, capacity_chunks=20)
-    assert a.frame.equals(b.frame) and a.summary == b.summary
-    assert np.all(a.frame["saved_tokens"].to_numpy() <= a.frame["prompt_tokens"].to_numpy())
+    assert a.requests.equals(b.requests) and a.summary == b.summary
+    assert np.all(a.requests["saved_tokens"].to_numpy() <= a.requests["input_tokens"].to_numpy())

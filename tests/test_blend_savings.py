@@ -47,7 +47,7 @@ def test_savings_properties() -> None:
     ({"blend_ranges": ((512, 768), (600, 856))}, "blend_ranges must be sorted"),  # overlap
     ({"blend_ranges": ((768, 1280),)}, "blend_ranges must be sorted"),  # past the prompt
     ({"blend_ranges": ((512, 768),)}, "cover 256 tokens but blended_tokens=512"),
-    ({"prefix_hit_tokens": -1, "fresh_tokens": 769}, "prefix_hit_tokens must be >= 0"),
+    ({"prefix_hit_tokens": -1, "fresh_tokens": 769}, "prefix_hit_tokens must be an integer >= 0, got -1"),
     ({"blended_tokens": 512.0}, "blended_tokens must be an int"),
     ({"blend_ranges": ((512.0, 1024),)}, "blend_ranges start must be an int"),
 ])
@@ -106,15 +106,15 @@ def test_no_matches_is_prefix_only() -> None:
 
 
 @pytest.mark.parametrize("args, kwargs, message", [
-    ((-1, 0), {}, "prompt_tokens must be >= 0"),
+    ((-1, 0), {}, "prompt_tokens must be an integer >= 0, got -1"),
     ((10, 11), {}, "prefix_hit_tokens must be <= prompt_tokens=10"),
     ((10, 0, [_m(4, 12)]), {}, r"matches\[0\] covers \[4, 12\)"),
     ((10, 0, [_m(3, 3)]), {}, r"matches\[0\] covers \[3, 3\)"),
-    ((10, 0), {"recompute_ratio": 1.5}, "recompute_ratio must be in"),
-    ((10, 0), {"recompute_ratio": -0.1}, "recompute_ratio must be >= 0"),
-    ((10, 0), {"min_blend_tokens": -1}, "min_blend_tokens must be >= 0"),
+    ((10, 0), {"recompute_ratio": 1.5}, r"recompute_ratio must be a finite number in \[0.0, 1.0\], got 1.5"),
+    ((10, 0), {"recompute_ratio": -0.1}, r"recompute_ratio must be a finite number in \[0.0, 1.0\], got -0.1"),
+    ((10, 0), {"min_blend_tokens": -1}, "min_blend_tokens must be an integer >= 0, got -1"),
     ((10, 0, [_m(0, 4)]), {"chunk_size": 8}, "spans 4 tokens, not chunk_size=8"),
-    ((10, 0), {"chunk_size": 0}, "chunk_size must be >= 1"),
+    ((10, 0), {"chunk_size": 0}, "chunk_size must be an integer >= 1 or None, got 0"),
 ])
 def test_bad_arguments_raise(args: tuple, kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):

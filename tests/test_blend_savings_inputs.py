@@ -28,7 +28,7 @@ def test_replay_numpy_chunk_size():
     trace = rag(3, num_documents=2, document_tokens=64, system_prompt_tokens=0, docs_per_request=1, seed=0)
     a, b = replay_rag(trace, chunk_size=np.int64(32), capacity_chunks=np.int64(4)), replay_rag(
         trace, chunk_size=32, capacity_chunks=4)
-    assert a.frame.equals(b.frame)
+    assert a.requests.equals(b.requests)
 
 
 def test_plain_five_tuples_are_matches():
@@ -76,9 +76,9 @@ def test_capacity_lets_blend_save_less_on_a_single_request():
     it blends), so one request can save less with blend; the total still came out ahead here."""
     trace = rag(12, num_documents=5, document_tokens=256, system_prompt_tokens=256, docs_per_request=2,
                 order="shuffled", seed=0)
-    f = replay_rag(trace, capacity_chunks=4).frame
+    f = replay_rag(trace, capacity_chunks=4).requests
     worse = (f["saved_tokens"] < f["prefix_only_saved_tokens"]).to_list()
     assert worse.index(True) == 7
     assert f["saved_tokens"].sum() == 5403 and f["prefix_only_saved_tokens"].sum() == 4352
-    unbounded = replay_rag(trace).frame  # same chunks cached by both: blend dominates per request
+    unbounded = replay_rag(trace).requests  # same chunks cached by both: blend dominates per request
     assert (unbounded["saved_tokens"] >= unbounded["prefix_only_saved_tokens"]).all()

@@ -36,7 +36,7 @@ from kvlab.blend.ranges import (
     unique_token_coverage,
 )
 
-from kvlab.blend.replay import RagReplay, replay_rag
+from kvlab.blend.replay import RagConfig, RagSummary, replay_rag
 from kvlab.blend.savings import (
     DEFAULT_MIN_BLEND_TOKENS,
     DEFAULT_RECOMPUTE_RATIO,
@@ -68,7 +68,8 @@ __all__ = [
     "DEFAULT_MIN_BLEND_TOKENS",
     "DEFAULT_RECOMPUTE_RATIO",
     "PrefillSavings",
-    "RagReplay",
+    "RagConfig",
+    "RagSummary",
     "prefill_savings",
     "replay_rag",
     "ttft_saved_s",

@@ -29,6 +29,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kvlab.core.validate import check_int, check_u64
+
 #: LMCache's matcher base: the 64-bit Fibonacci hashing constant (B9).
 BLEND_BASE = 0x9E3779B97F4A7C15
 #: An empty table slot.
@@ -105,11 +107,8 @@ def _token_array(tokens: np.ndarray) -> np.ndarray:
 
 
 def _check_k_base(k: int, base: int) -> np.uint64:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= MAX_CHUNK_TOKENS:
-        raise ValueError(f"k must be an integer in [1, MAX_CHUNK_TOKENS={MAX_CHUNK_TOKENS}], got {k!r}")
-    if isinstance(base, bool) or not isinstance(base, (int, np.integer)) or not 0 <= int(base) <= _U64_MAX:
-        raise ValueError(f"base must be an integer in [0, 2**64), got {base!r}")
-    return np.uint64(int(base))
+    check_int("k", k, low=1, high=MAX_CHUNK_TOKENS)
+    return np.uint64(check_u64("base", base))
 
 
 def rolling_hashes(tokens: np.ndarray, k: int, base: int = BLEND_BASE) -> np.ndarray:
@@ -255,9 +254,8 @@ def unique_hits(hashes: np.ndarray, table: np.ndarray, num_ids: int) -> np.ndarr
         [2, 0, 1]
     """
     _check_table(table, writable=False)
-    if isinstance(num_ids, bool) or not isinstance(num_ids, (int, np.integer)) or not 0 <= num_ids <= MAX_NUM_IDS:
-        raise ValueError(f"num_ids must be an integer in [0, MAX_NUM_IDS={MAX_NUM_IDS}], got {num_ids!r}")
-    out, bad = _unique(_exact_ints("hashes", hashes, _U64_MAX, np.uint64), table, int(num_ids))
+    num_ids = check_int("num_ids", num_ids, low=0, high=MAX_NUM_IDS)
+    out, bad = _unique(_exact_ints("hashes", hashes, _U64_MAX, np.uint64), table, num_ids)
     if bad != EMPTY:
         raise ValueError(f"table holds id {int(bad)} outside [-1, num_ids={num_ids})")
     return out

@@ -41,6 +41,7 @@ from kvlab.blend.table import (
     remove_ids,
     reserve,
 )
+from kvlab.core.validate import check_flag, check_int
 
 _U32_MAX = (1 << 32) - 1
 _U64_MAX = (1 << 64) - 1
@@ -70,14 +71,6 @@ class BlendMatch(NamedTuple):
     cur_st: int
     cur_ed: int
     storage_key: int
-
-
-def _int_param(name: str, value: object, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or (
-            high is not None and value > high):
-        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be an integer {bound}, got {value!r}")
-    return int(value)
 
 
 def _python_ints(field: str, values: Sequence[object], high: int) -> np.ndarray:
@@ -142,12 +135,10 @@ class TokenRangeMatcher:
 
     def __init__(self, chunk_size: int = 256, *, base: int = BLEND_BASE, table_bits: int = 20,
                  dedup_content: bool = False) -> None:
-        self._k = _int_param("chunk_size", chunk_size, 1, MAX_CHUNK_TOKENS)
-        self._base = np.uint64(_int_param("base", base, 2, _U64_MAX))
-        bits = _int_param("table_bits", table_bits, *TABLE_BITS_RANGE)
-        if not isinstance(dedup_content, bool):
-            raise ValueError(f"dedup_content must be a bool, got {dedup_content!r}")
-        self._dedup = dedup_content
+        self._k = check_int("chunk_size", chunk_size, low=1, high=MAX_CHUNK_TOKENS)
+        self._base = np.uint64(check_int("base", base, low=2, high=_U64_MAX))
+        bits = check_int("table_bits", table_bits, low=TABLE_BITS_RANGE[0], high=TABLE_BITS_RANGE[1])
+        self._dedup = check_flag("dedup_content", dedup_content)
         self._table = make_table(self._k, bits)
         self._ids: dict[int, int] = {}  # storage key -> copy id
 
@@ -210,8 +201,8 @@ class TokenRangeMatcher:
         if keys.shape[0] != n_chunks:
             raise ValueError(f"storage_keys must hold one key per full chunk ({n_chunks} chunks of {self._k} tokens "
                              f"in {tokens.shape[0]} token_ids), got {keys.shape[0]}")
-        first = _int_param("start_chunk", start_chunk, 0, n_chunks)
-        offset = _int_param("position_offset", position_offset, 0, MAX_POSITION - n_chunks * self._k)
+        first = check_int("start_chunk", start_chunk, low=0, high=n_chunks)
+        offset = check_int("position_offset", position_offset, low=0, high=MAX_POSITION - n_chunks * self._k)
         index = self._ids
         key_list = keys.tolist()
         fresh = key_list[first:]
@@ -266,7 +257,7 @@ class TokenRangeMatcher:
             ValueError: tokens not integers in ``[0, 2**32)``, or ``align_tokens`` out of range.
         """
         query = _as_ints("query_token_ids", query_token_ids, _U32_MAX, np.uint32)
-        stride = _int_param("align_tokens", align_tokens, 1, MAX_ALIGN_TOKENS)
+        stride = check_int("align_tokens", align_tokens, low=1, high=MAX_ALIGN_TOKENS)
         k = self._k
         if query.shape[0] < k or not self._ids:
             return []

@@ -21,18 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from kvlab.blend.matcher import BlendMatch
+from kvlab.core.validate import check_count
 
 #: The classes of :func:`classify`.
 HIT_CLASSES = ("prefix", "aligned", "shifted")
 
 
 def _check_prefix(prefix_tokens: int) -> int:
-    if isinstance(prefix_tokens, bool) or not isinstance(prefix_tokens, (int, np.integer)) or prefix_tokens < 0:
-        raise ValueError(f"prefix_tokens must be an integer >= 0, got {prefix_tokens!r}")
-    return int(prefix_tokens)
+    return check_count("prefix_tokens", prefix_tokens)
 
 
 def unique_token_coverage(matches: Sequence[BlendMatch]) -> int:

@@ -19,12 +19,11 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from kvlab.blend.matcher import BlendMatch
 from kvlab.blend.ranges import leftmost_non_overlapping, unique_token_coverage
+from kvlab.core.validate import check_count, check_positive, check_real
 from kvlab.tiers.cost import DEFAULT_MFU, fetch_time_s, recompute_time_s
-from kvlab.tiers.devices import Device, _check_int, _check_real
+from kvlab.tiers.devices import Device
 from kvlab.tiers.models import ModelSpec
 
 __all__ = ["DEFAULT_MIN_BLEND_TOKENS", "DEFAULT_RECOMPUTE_RATIO", "PrefillSavings", "prefill_savings",
@@ -36,11 +35,6 @@ DEFAULT_RECOMPUTE_RATIO = 0.15
 DEFAULT_MIN_BLEND_TOKENS = 256
 
 
-def _count(field: str, value: object, minimum: int = 0) -> int:
-    """``value`` as an ``int`` if it is an int or numpy integer (not a bool) ``>= minimum``, else ValueError naming ``field``."""
-    return _check_int(field, int(value) if isinstance(value, np.integer) else value, minimum=minimum)
-
-
 def _check_matches(matches: object) -> list[BlendMatch]:
     """``matches`` as a list of :class:`BlendMatch` of Python ints; ValueError naming ``matches[i].field`` otherwise."""
     if matches is None or isinstance(matches, (str, bytes)) or not isinstance(matches, Iterable):
@@ -50,7 +44,7 @@ def _check_matches(matches: object) -> list[BlendMatch]:
         if not isinstance(m, tuple) or len(m) != len(BlendMatch._fields):
             raise ValueError(f"matches[{i}] must be a BlendMatch or a 5-tuple (old_st, old_ed, cur_st, cur_ed, "
                              f"storage_key), got {m!r}")
-        checked.append(BlendMatch(*(_count(f"matches[{i}].{name}", v) for name, v in zip(BlendMatch._fields, m))))
+        checked.append(BlendMatch(*(check_count(f"matches[{i}].{name}", v) for name, v in zip(BlendMatch._fields, m))))
     return checked
 
 
@@ -85,7 +79,7 @@ class PrefillSavings:
     def __post_init__(self) -> None:
         for field in ("prompt_tokens", "prefix_hit_tokens", "blended_tokens", "recomputed_blend_tokens",
                       "fresh_tokens"):
-            object.__setattr__(self, field, _count(field, getattr(self, field)))
+            object.__setattr__(self, field, check_count(field, getattr(self, field)))
         parts = self.prefix_hit_tokens + self.blended_tokens + self.fresh_tokens
         if parts != self.prompt_tokens:
             raise ValueError(f"prefix_hit_tokens + blended_tokens + fresh_tokens = {parts} must equal "
@@ -93,7 +87,8 @@ class PrefillSavings:
         if self.recomputed_blend_tokens > self.blended_tokens:
             raise ValueError(f"recomputed_blend_tokens={self.recomputed_blend_tokens} must be <= "
                              f"blended_tokens={self.blended_tokens}")
-        ranges = tuple((_count("blend_ranges start", st), _count("blend_ranges end", ed)) for st, ed in self.blend_ranges)
+        ranges = tuple((check_count("blend_ranges start", st), check_count("blend_ranges end", ed))
+                       for st, ed in self.blend_ranges)
         object.__setattr__(self, "blend_ranges", ranges)
         end = self.prefix_hit_tokens
         for st, ed in ranges:
@@ -168,16 +163,13 @@ def prefill_savings(prompt_tokens: int, prefix_hit_tokens: int, matches: Sequenc
         >>> prefill_savings(1000, 256, m, min_blend_tokens=1024).blended_tokens
         0
     """
-    prompt_tokens = _count("prompt_tokens", prompt_tokens)
-    prefix_hit_tokens = _count("prefix_hit_tokens", prefix_hit_tokens)
+    prompt_tokens = check_count("prompt_tokens", prompt_tokens)
+    prefix_hit_tokens = check_count("prefix_hit_tokens", prefix_hit_tokens)
     if prefix_hit_tokens > prompt_tokens:
         raise ValueError(f"prefix_hit_tokens must be <= prompt_tokens={prompt_tokens}, got {prefix_hit_tokens}")
-    ratio = _check_real("recompute_ratio", recompute_ratio, positive=False)
-    if ratio > 1:
-        raise ValueError(f"recompute_ratio must be in [0, 1], got {recompute_ratio!r}")
-    min_blend_tokens = _count("min_blend_tokens", min_blend_tokens)
-    if chunk_size is not None:
-        chunk_size = _count("chunk_size", chunk_size, minimum=1)
+    ratio = check_real("recompute_ratio", recompute_ratio, low=0.0, high=1.0)
+    min_blend_tokens = check_count("min_blend_tokens", min_blend_tokens)
+    chunk_size = check_positive("chunk_size", chunk_size, optional=True)
     matches = _check_matches(matches)
     for i, m in enumerate(matches):
         if not 0 <= m.cur_st < m.cur_ed <= prompt_tokens:
