@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import polars as pl
 import pytest
 from conftest import chained_traces, make_trace, scramble
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvlab.blockpool.engine_replay import replay_requests
+from kvlab.hashing import sim
 from kvlab.index import FaultInjector, MaxPrefixScorer, route_requests, trace_token_ids
 from kvlab.traces import Trace, load_trace
 
 
 @pytest.fixture(scope="module")
-def conversation_head() -> tuple[list[float], list[np.ndarray]]:
-    trace = load_trace("conversation").head(300)
-    return trace.frame["arrival_s"].to_list(), trace_token_ids(trace, 16)
+def conversation_head() -> Trace:
+    return load_trace("conversation").head(300)
+
+
+def token_trace(*prompts: list[int]) -> Trace:
+    """A trace of these prompts (token ids), one second apart."""
+    frame = pl.DataFrame({"request_id": list(range(len(prompts))), "arrival_s": [float(i) for i in range(len(prompts))],
+                          "output_tokens": [1] * len(prompts), "token_ids": [list(p) for p in prompts]})
+    return Trace.from_token_ids(frame, sim(4))
 
 
 def test_trace_token_ids_keep_prefix_sharing_exactly() -> None:
@@ -35,37 +45,37 @@ def test_one_pod_serves_as_the_engine_replay(drawn: Trace, capacity: int) -> Non
     full = [keys[: n // size] for keys, n in zip(drawn.frame["block_keys"].to_list(),
                                                   drawn.frame["input_tokens"].to_list())]
     trace = make_trace(full, block_size=size)
-    frame = route_requests(trace.frame["arrival_s"].to_list(), trace_token_ids(trace, size), n_pods=1,
-                           capacity_blocks=capacity, block_size_tokens=size)
+    frame = route_requests(trace, n_pods=1, capacity_blocks=capacity, block_size_tokens=size).requests
     assert frame["hit_blocks"].to_list() == replay_requests(trace, capacity_blocks=capacity).hit_blocks.tolist()
 
 
-def test_a_fresh_index_never_over_credits(conversation_head: tuple) -> None:
+def test_a_fresh_index_never_over_credits(conversation_head: Trace) -> None:
     """Without faults the index never credits a block a pod does not hold; it can under-credit:
     vLLM publishes a BlockRemoved per evicted *copy* of a block (a fully cached prompt's last
     block is recomputed into a second copy), and llm-d then drops the block while the other
     copy is still cached — so even a fresh index is sometimes wrong."""
-    arrival, tokens = conversation_head
-    frame = route_requests(arrival, tokens, capacity_blocks=2_000)
+    result = route_requests(conversation_head, capacity_blocks=2_000)
+    frame = result.requests
     credited, true = frame["index_prefix_blocks"].to_numpy(), frame["true_prefix_blocks"].to_numpy()
     assert (credited <= true).all() and (credited < true).any()
     # vLLM recomputes a block-aligned prompt's last block: hits = the true prefix, capped one short of the prompt
     capped = np.minimum(frame["true_prefix_blocks"].to_numpy(), frame["prompt_blocks"].to_numpy() - 1)
     assert frame["hit_blocks"].to_list() == capped.tolist()
+    s = result.summary
+    assert s.over_credited_share == 0.0 < s.under_credited_share == float((credited < true).mean())
+    assert s.hit_blocks == frame["hit_blocks"].sum() and s.requests == 300 and s.rejected_requests == 0
 
 
-def test_coalesced_events_make_wrong_choices_reproducibly(conversation_head: tuple) -> None:
-    arrival, tokens = conversation_head
-    runs = [route_requests(arrival, tokens, capacity_blocks=2_000, faults=FaultInjector(seed=1, coalesce_s=30.0))
-            for _ in range(2)]
+def test_coalesced_events_make_wrong_choices_reproducibly(conversation_head: Trace) -> None:
+    runs = [route_requests(conversation_head, capacity_blocks=2_000, faults=FaultInjector(seed=1, coalesce_s=30.0))
+            .requests for _ in range(2)]
     assert runs[0].equals(runs[1])
     assert runs[0]["wrong"].sum() > 0
     assert (runs[0]["true_prefix_blocks"] <= runs[0]["best_true_prefix_blocks"]).all()
 
 
-def test_other_scorers_plug_in(conversation_head: tuple) -> None:
-    arrival, tokens = conversation_head
-    frame = route_requests(arrival[:50], tokens[:50], n_pods=3, scorer=MaxPrefixScorer(), seed=3)
+def test_other_scorers_plug_in(conversation_head: Trace) -> None:
+    frame = route_requests(conversation_head.head(50), n_pods=3, scorer=MaxPrefixScorer(), seed=3).requests
     assert set(frame["pod"]) <= {"pod-0", "pod-1", "pod-2"} and not frame["wrong"].any()
 
 
@@ -75,21 +85,32 @@ def test_other_scorers_plug_in(conversation_head: tuple) -> None:
 ])
 def test_bad_arguments_name_the_field(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        route_requests([0.0], [np.arange(4, dtype=np.uint32)], **kwargs)
+        route_requests(token_trace(range(4)), **kwargs)
 
 
-def test_bad_requests_are_refused() -> None:
-    tokens = [np.arange(4, dtype=np.uint32)] * 2
-    with pytest.raises(ValueError, match="1 times but token_ids 2"):
-        route_requests([0.0], tokens)
-    with pytest.raises(ValueError, match=r"arrival_s\[1\] = 1.0 is before"):
-        route_requests([2.0, 1.0], tokens)
-    for bad in (float("nan"), -5.0, "1"):
-        with pytest.raises(ValueError, match=r"arrival_s\[1\] must be a finite number >= 0"):
-            route_requests([0.0, bad], tokens)
+def test_only_a_trace_is_routed() -> None:
+    with pytest.raises(ValueError, match="trace must be a kvlab Trace, got list"):
+        route_requests([np.arange(4, dtype=np.uint32)])
 
 
 def test_a_prompt_larger_than_the_pod_is_flagged_not_served() -> None:
-    frame = route_requests([0.0, 1.0], [np.arange(8, dtype=np.uint32), np.arange(4, dtype=np.uint32)],
-                           capacity_blocks=1, block_size_tokens=4)
-    assert frame["admitted"].to_list() == [False, True] and frame["hit_blocks"].to_list() == [0, 0]
+    result = route_requests(token_trace(range(8), range(4)), capacity_blocks=1, block_size_tokens=4)
+    frame = result.requests
+    assert frame["rejected"].to_list() == [True, False] and frame["hit_blocks"].to_list() == [0, 0]
+    assert frame["input_tokens"].to_list() == [8, 4] and result.summary.rejected_requests == 1
+
+
+def test_the_trace_tokens_are_routed_and_the_timeline_follows_the_pods() -> None:
+    """A trace with token ids is routed on those tokens; each pod is a tier of the timeline."""
+    result = route_requests(token_trace(range(8), range(8), range(100, 104)), block_size_tokens=4)
+    frame = result.requests
+    # request 1 repeats request 0: the last-token rule leaves one of its 2 blocks to recompute
+    assert frame["hit_blocks"].to_list() == [0, 1, 0] and frame["hit_tokens"].to_list() == [0, 4, 0]
+    timeline = result.timeline.filter(pl.col("metric") == "used_blocks").pivot(on="tier", index="step",
+                                                                               values="value")
+    first, repeat, last = frame["pod"].to_list()
+    assert repeat == first  # the index knows who holds the prompt
+    expected = {pod: [2.0 * (pod == first)] * 2 + [2.0 * (pod == first) + (pod == last)] for pod in ("pod-0", "pod-1")}
+    assert {pod: timeline[pod].to_list() for pod in expected} == expected  # full blocks cached per pod
+    config = json.loads(json.dumps(result.summary.to_dict()))["config"]
+    assert config["scorer"]["type"] == "LongestPrefixScorer" and config["faults"] is None and config["n_pods"] == 2

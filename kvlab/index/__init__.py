@@ -18,12 +18,13 @@ piece                               models                          in → out
 :class:`MaxPrefixScorer`            Opal MaxPrefix (O5/O11)         matched fraction, random ties (O12 fixed)
 :class:`DynamoCostScorer`           Dynamo selector (D8/D9)         overlap-weighted cost, softmax temperature
 :class:`CacheAwareScorer`           SGLang router                   match threshold + load balance
-:func:`route_requests`              a small cluster                 requests → routing choices vs the true caches
+:func:`replay_stream`               a router over an event stream   deliveries → a query's scores per step
+:func:`route_requests`              a small cluster                 a trace → routing choices vs the true caches
 ==================================  ==============================  ===========================================
 """
 
 from kvlab.index.base import DEFAULT_SPECULATIVE_TTL_S, LOOKUP_STOPS, Index, engine_mapping, entry_sort_key
-from kvlab.index.cluster import route_requests, trace_token_ids
+from kvlab.index.cluster import RouteConfig, RouteSummary, route_requests, trace_token_ids
 from kvlab.index.faults import Delivery, DeliveryReplay, FaultInjector
 from kvlab.index.ingest import EventIngestor, IngestStats, SeqGap, parse_topic
 from kvlab.index.memory import DEFAULT_INDEX_SIZE, DEFAULT_POD_CACHE_SIZE, InMemoryIndex
@@ -41,6 +42,7 @@ from kvlab.index.scorers import (
     request_keys_for_tokens,
 )
 from kvlab.index.select import PodLoad, dynamo_cost, dynamo_cost_2026, dynamo_select, sglang_imbalanced
+from kvlab.index.stream import StreamReplay, replay_stream
 from kvlab.index.types import (
     DEFAULT_TIER,
     ENGINE_KEY,
@@ -81,8 +83,11 @@ __all__ = [
     "PodLoad",
     "RadixIndex",
     "RedisIndex",
+    "RouteConfig",
+    "RouteSummary",
     "Scorer",
     "SeqGap",
+    "StreamReplay",
     "dynamo_cost",
     "dynamo_cost_2026",
     "dynamo_select",
@@ -90,6 +95,7 @@ __all__ = [
     "entry_sort_key",
     "get_scorer",
     "parse_topic",
+    "replay_stream",
     "request_keys_for_tokens",
     "route_requests",
     "sglang_imbalanced",

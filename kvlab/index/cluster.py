@@ -17,13 +17,17 @@ tokens for the same key, so prefix sharing is kept).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+import inspect
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import polars as pl
 
 from kvlab.blockpool.manager import KVCacheManager, Request
 from kvlab.blockpool.pool import BlockPool
+from kvlab.core.result import RunResult, RunSummary, timeline_frame, to_jsonable
+from kvlab.core.validate import check_count, check_positive
 from kvlab.events.types import EventBatch
 from kvlab.hashing import get_hasher
 from kvlab.index.faults import Delivery, FaultInjector
@@ -66,14 +70,12 @@ def trace_token_ids(trace: Trace, block_size_tokens: int = 16) -> list[np.ndarra
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
-    if isinstance(block_size_tokens, bool) or not isinstance(block_size_tokens, (int, np.integer)) \
-            or block_size_tokens < 1:
-        raise ValueError(f"block_size_tokens must be an integer >= 1, got {block_size_tokens!r}")
+    block_size_tokens = check_positive("block_size_tokens", block_size_tokens)
     cache: dict[int, np.ndarray] = {}
     out = []
     size = trace.block_size
     for keys, n in zip(trace.frame["block_keys"].to_list(), trace.frame["input_tokens"].to_list()):
-        blocks = [cache.setdefault(k, _block_tokens(k, int(block_size_tokens))) for k in keys[: n // size]]
+        blocks = [cache.setdefault(k, _block_tokens(k, block_size_tokens)) for k in keys[: n // size]]
         out.append(np.concatenate(blocks) if blocks else np.empty(0, dtype=np.uint32))
     return out
 
@@ -90,86 +92,158 @@ def _cached_prefix_blocks(engine_keys: list[int], manager: KVCacheManager) -> in
     return next((i for i, key in enumerate(engine_keys) if not cached.get(key)), len(engine_keys))
 
 
-def route_requests(arrival_s: Sequence[float], token_ids: Sequence[np.ndarray], *, n_pods: int = 2,
-                   capacity_blocks: int = 1_000, block_size_tokens: int = 16, scorer: Scorer | None = None,
-                   faults: FaultInjector | None = None, seed: int = 0) -> pl.DataFrame:
-    """Route requests over ``n_pods`` pods by a global index fed through ``faults``.
+@dataclass(frozen=True, eq=False)
+class RouteConfig:
+    """The cluster :func:`route_requests` runs.
+
+    Attributes:
+        n_pods: pods ``pod-0 .. pod-{n-1}`` (≥ 1).
+        capacity_blocks: usable GPU blocks per pod (≥ 1).
+        block_size_tokens: tokens per block, engine and index alike (≥ 1).
+        scorer: the routing rule (``None``: llm-d's :class:`~kvlab.index.scorers.LongestPrefixScorer`).
+        faults: what happens to KV events on the way to the index (``None``: delivered at once).
+        seed: the router's tie-breaking seed (≥ 0).
+
+    Raises:
+        ValueError: a bad count or seed, a scorer that is not a :class:`~kvlab.index.scorers.Scorer`,
+            faults that are not a :class:`~kvlab.index.faults.FaultInjector`.
+
+    Example:
+        >>> RouteConfig(n_pods=3).to_dict()["scorer"]
+        {'type': 'LongestPrefixScorer', 'tier_weights': {'gpu': 1.0, 'cpu': 0.8}}
+    """
+
+    n_pods: int = 2
+    capacity_blocks: int = 1_000
+    block_size_tokens: int = 16
+    scorer: Scorer | None = None
+    faults: FaultInjector | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("n_pods", "capacity_blocks", "block_size_tokens"):
+            object.__setattr__(self, name, check_positive(name, getattr(self, name)))
+        object.__setattr__(self, "seed", check_count("seed", self.seed))
+        if self.scorer is None:
+            object.__setattr__(self, "scorer", LongestPrefixScorer())
+        if not isinstance(self.scorer, Scorer):
+            raise ValueError(f"scorer must be a kvlab.index Scorer, got {type(self.scorer).__name__}")
+        if self.faults is not None and not isinstance(self.faults, FaultInjector):
+            raise ValueError(f"faults must be a FaultInjector or None, got {type(self.faults).__name__}")
+
+    def to_dict(self) -> dict[str, object]:
+        """The configuration as JSON types; the scorer and the fault injector as their type and options."""
+        return {"n_pods": self.n_pods, "capacity_blocks": self.capacity_blocks,
+                "block_size_tokens": self.block_size_tokens, "scorer": _options(self.scorer),
+                "faults": None if self.faults is None else _options(self.faults), "seed": self.seed}
+
+
+def _options(obj: object) -> dict[str, object]:
+    """``obj``'s type and the constructor options it keeps as attributes (its configuration)."""
+    names = [n for n in inspect.signature(type(obj).__init__).parameters if n != "self"]
+    return {"type": type(obj).__name__, **{n: to_jsonable(getattr(obj, n)) for n in names if hasattr(obj, n)}}
+
+
+@dataclass(frozen=True)
+class RouteSummary(RunSummary):
+    """Totals of one :func:`route_requests` over every request.
+
+    ``input_tokens``, ``hit_blocks``, ``hit_tokens`` (served from the chosen pods' caches) and
+    ``token_hit_ratio``; ``rejected_requests`` (prompts larger than a pod); the shares of
+    requests whose choice was ``wrong`` and whose pick the index ``under-`` or
+    ``over_credited``; ``missed_blocks`` (prefix blocks the best pod held beyond the pick's);
+    ``messages`` (KV-event messages the pods sent). Shares are 0.0 for an empty trace.
+
+    Example:
+        >>> RouteSummary.driver
+        'route_requests'
+    """
+
+    driver: ClassVar[str] = "route_requests"
+    source: str
+    config: RouteConfig
+    requests: int
+    input_tokens: int
+    hit_blocks: int
+    hit_tokens: int
+    token_hit_ratio: float
+    rejected_requests: int
+    wrong_share: float
+    under_credited_share: float
+    over_credited_share: float
+    missed_blocks: int
+    messages: int
+
+
+def route_requests(trace: Trace, *, n_pods: int = 2, capacity_blocks: int = 1_000, block_size_tokens: int = 16,
+                   scorer: Scorer | None = None, faults: FaultInjector | None = None, seed: int = 0) -> RunResult:
+    """Route ``trace``'s requests over ``n_pods`` pods by a global index fed through ``faults``.
 
     Per request, in arrival order: deliver the events due by its arrival to the index;
     the scorer picks a pod over the index (loads: each pod's cached blocks as its tree
     size); the pod serves it (vLLM prefix lookup, allocation, free at once); its KV
     events go to the fault injector (one message per request, seq per pod). The truth
     is read from the pods' block pools. Engine block size = the index's canonical block
-    size.
+    size. A request's prompt is the trace's ``token_ids`` when it has them, else
+    :func:`trace_token_ids` (each trace block → ``block_size_tokens`` tokens).
 
     Args:
-        arrival_s: arrival time of each request, seconds, non-decreasing.
-        token_ids: each request's prompt tokens.
-        n_pods: pods ``pod-0 .. pod-{n-1}`` (>= 1).
-        capacity_blocks: usable GPU blocks per pod (>= 1).
-        block_size_tokens: tokens per block, engine and index alike.
-        scorer: the routing rule (default llm-d longest prefix).
-        faults: what happens to events on the way (``None``: delivered at once). Called
-            once per message, so its ``swap_p`` (pairs of deliveries) has no effect here.
-        seed: the router's tie-breaking seed.
+        trace: the requests (``request_id``, ``arrival_s`` and the prompts).
+        n_pods, capacity_blocks, block_size_tokens, scorer, faults, seed: as
+            :class:`RouteConfig`. ``faults`` is called once per message, so its ``swap_p``
+            (pairs of deliveries) has no effect here.
 
     Returns:
-        One row per request: ``arrival_s``, ``pod`` (chosen), ``index_prefix_blocks``
-        (what the index credited the chosen pod), ``true_prefix_blocks`` (what it
-        really held), ``best_true_prefix_blocks`` (the best pod's), ``hit_blocks``
-        (served from cache), ``wrong`` (``true < best``), ``prompt_blocks``.
+        A :class:`~kvlab.core.RunResult`:
+
+        * ``requests``: ``request_id`` (u64), ``arrival_s`` (f64), ``input_tokens`` (the prompt
+          served), ``hit_blocks`` (served from cache) and ``hit_tokens`` (i64), ``rejected``
+          (the prompt does not fit the pod), ``pod`` (chosen), ``index_prefix_blocks`` (what
+          the index credited the chosen pod), ``true_prefix_blocks`` (what it really held),
+          ``best_true_prefix_blocks`` (the best pod's), ``wrong`` (``true < best``),
+          ``prompt_blocks`` (full blocks);
+        * ``timeline``: one tier per pod, per request: ``used_blocks`` (cached blocks in its
+          pool), ``capacity_blocks``, ``hit_blocks`` and ``miss_blocks`` (of the request, on
+          the chosen pod; 0 elsewhere);
+        * ``summary``: a :class:`RouteSummary`; ``config``: the :class:`RouteConfig`.
 
     Raises:
-        ValueError: mismatched lengths, an arrival time that is not a finite number >= 0 or
-            goes back, a bad count, scorer, fault injector or seed.
+        ValueError: not a :class:`~kvlab.traces.Trace`, or a bad :class:`RouteConfig` field.
 
     Example:
         >>> from kvlab.traces import load_trace
-        >>> trace = load_trace("conversation").head(40)
-        >>> frame = route_requests(trace.frame["arrival_s"].to_list(), trace_token_ids(trace, 4), block_size_tokens=4)
-        >>> frame.height, int(frame["wrong"].sum())
-        (40, 0)
+        >>> result = route_requests(load_trace("conversation").head(40), block_size_tokens=4)
+        >>> result.requests.height, int(result.requests["wrong"].sum()), result.summary.wrong_share
+        (40, 0, 0.0)
     """
-    if len(arrival_s) != len(token_ids):
-        raise ValueError(f"arrival_s has {len(arrival_s)} times but token_ids {len(token_ids)} prompts")
-    for name, value in (("n_pods", n_pods), ("capacity_blocks", capacity_blocks),
-                        ("block_size_tokens", block_size_tokens)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    scorer = LongestPrefixScorer() if scorer is None else scorer
-    if not isinstance(scorer, Scorer):
-        raise ValueError(f"scorer must be a kvlab.index Scorer, got {type(scorer).__name__}")
-    if faults is not None and not isinstance(faults, FaultInjector):
-        raise ValueError(f"faults must be a FaultInjector or None, got {type(faults).__name__}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    pods = [f"pod-{i}" for i in range(int(n_pods))]
-    engine_hasher = get_hasher("vllm", block_size=int(block_size_tokens))
+    if not isinstance(trace, Trace):
+        raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
+    config = RouteConfig(n_pods=n_pods, capacity_blocks=capacity_blocks, block_size_tokens=block_size_tokens,
+                         scorer=scorer, faults=faults, seed=seed)
+    size = config.block_size_tokens
+    token_ids = ([np.asarray(t, dtype=np.uint32) for t in trace.frame["token_ids"].to_list()]
+                 if "token_ids" in trace.frame.columns else trace_token_ids(trace, size))
+    pods = [f"pod-{i}" for i in range(config.n_pods)]
+    engine_hasher = get_hasher("vllm", block_size=size)
     managers = {}
     for pod in pods:
-        pool = BlockPool(int(capacity_blocks) + 1, block_size=int(block_size_tokens), enable_kv_cache_events=True)
-        managers[pod] = KVCacheManager(pool, block_size=int(block_size_tokens))
+        pool = BlockPool(config.capacity_blocks + 1, block_size=size, enable_kv_cache_events=True)
+        managers[pod] = KVCacheManager(pool, block_size=size)
     index = InMemoryIndex()
-    ingestor = EventIngestor(index, block_size_tokens=int(block_size_tokens))
+    ingestor = EventIngestor(index, block_size_tokens=size)
     pending: list[tuple[float, int, Delivery]] = []
     seqs = dict.fromkeys(pods, 0)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(config.seed)
     rows = []
-    last_s = -np.inf
-    for r, (t, tokens) in enumerate(zip(arrival_s, token_ids)):
-        if isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating)) or not 0 <= t < np.inf:
-            raise ValueError(f"arrival_s[{r}] must be a finite number >= 0 (seconds), got {t!r}")
-        t = float(t)
-        if t < last_s:
-            raise ValueError(f"arrival_s[{r}] = {t} is before arrival_s[{r - 1}] = {last_s}")
-        last_s = t
+    used = {pod: [] for pod in pods}
+    for r, (t, tokens) in enumerate(zip(trace.frame["arrival_s"].to_list(), token_ids)):
         while pending and pending[0][0] <= t:
             d = heapq.heappop(pending)[2]
             ingestor.ingest_batch(d.pod, d.seq, d.batch)
         keys = [int(k) for k in ingestor.hasher.block_keys(tokens)] if len(tokens) else []
         engine_keys = [int(k) for k in engine_hasher.block_keys(tokens)] if len(tokens) else []
         loads = {pod: PodLoad(tree_size_blocks=len(managers[pod].block_pool.cached_block_hash_to_block)) for pod in pods}
-        pod = scorer.select(keys, index, pods, loads=loads, rng=rng)
+        pod = config.scorer.select(keys, index, pods, loads=loads, rng=rng)
         credited = _index_prefix_blocks(keys, index, pod)
         true = {p: _cached_prefix_blocks(engine_keys, managers[p]) for p in pods}
         hit_blocks = 0
@@ -186,13 +260,49 @@ def route_requests(arrival_s: Sequence[float], token_ids: Sequence[np.ndarray], 
             if events:
                 message = (t, pod, seqs[pod], EventBatch(t, events))
                 seqs[pod] += 1
-                deliveries = [Delivery(t, t, pod, message[2], message[3])] if faults is None else faults.inject([message])
+                deliveries = ([Delivery(t, t, pod, message[2], message[3])] if config.faults is None
+                              else config.faults.inject([message]))
                 for d in deliveries:
                     heapq.heappush(pending, (d.delivered_s, len(rows) * 4 + int(d.copy), d))
-        rows.append({"arrival_s": t, "pod": pod, "index_prefix_blocks": credited, "true_prefix_blocks": true[pod],
-                     "best_true_prefix_blocks": max(true.values()), "hit_blocks": hit_blocks,
-                     "wrong": true[pod] < max(true.values()), "prompt_blocks": len(keys), "admitted": admitted})
-    return pl.DataFrame(rows, schema={"arrival_s": pl.Float64, "pod": pl.Utf8, "index_prefix_blocks": pl.Int64,
-                                      "true_prefix_blocks": pl.Int64, "best_true_prefix_blocks": pl.Int64,
-                                      "hit_blocks": pl.Int64, "wrong": pl.Boolean, "prompt_blocks": pl.Int64,
-                                      "admitted": pl.Boolean})
+        for p in pods:
+            used[p].append(len(managers[p].block_pool.cached_block_hash_to_block))
+        rows.append({"input_tokens": len(tokens), "hit_blocks": hit_blocks, "hit_tokens": hit_blocks * size,
+                     "rejected": not admitted, "pod": pod, "index_prefix_blocks": credited,
+                     "true_prefix_blocks": true[pod], "best_true_prefix_blocks": max(true.values()),
+                     "wrong": true[pod] < max(true.values()), "prompt_blocks": len(keys)})
+    requests = pl.concat([trace.frame.select("request_id", "arrival_s"), pl.DataFrame(rows, schema=_ROW_SCHEMA)],
+                         how="horizontal")
+    return RunResult(requests, _timeline(requests, pods, used, config), _summary(trace.source, config, requests,
+                                                                                   sum(seqs.values())), config)
+
+
+_ROW_SCHEMA = {"input_tokens": pl.Int64, "hit_blocks": pl.Int64, "hit_tokens": pl.Int64, "rejected": pl.Boolean,
+               "pod": pl.String, "index_prefix_blocks": pl.Int64, "true_prefix_blocks": pl.Int64,
+               "best_true_prefix_blocks": pl.Int64, "wrong": pl.Boolean, "prompt_blocks": pl.Int64}
+
+
+def _timeline(requests: pl.DataFrame, pods: list[str], used: dict[str, list[int]],
+              config: RouteConfig) -> pl.DataFrame:
+    """One tier per pod: its cached blocks, capacity, and the hits and misses it served."""
+    step, time_s = np.arange(requests.height), requests["arrival_s"].to_numpy()
+    hits = requests["hit_blocks"].to_numpy()
+    misses = -(-requests["input_tokens"].to_numpy() // config.block_size_tokens) - hits
+    chosen = requests["pod"].to_numpy()
+    return pl.concat([timeline_frame(step, time_s, pod, {
+        "used_blocks": used[pod], "capacity_blocks": np.full(requests.height, config.capacity_blocks),
+        "hit_blocks": np.where(chosen == pod, hits, 0), "miss_blocks": np.where(chosen == pod, misses, 0),
+    }) for pod in pods])
+
+
+def _summary(source: str, config: RouteConfig, requests: pl.DataFrame, messages: int) -> RouteSummary:
+    n = requests.height
+    inputs, hit_tokens = int(requests["input_tokens"].sum()), int(requests["hit_tokens"].sum())
+    credited, true = requests["index_prefix_blocks"], requests["true_prefix_blocks"]
+    return RouteSummary(
+        source=source, config=config, requests=n, input_tokens=inputs, hit_blocks=int(requests["hit_blocks"].sum()),
+        hit_tokens=hit_tokens, token_hit_ratio=hit_tokens / inputs if inputs else 0.0,
+        rejected_requests=int(requests["rejected"].sum()),
+        wrong_share=float(requests["wrong"].mean()) if n else 0.0,
+        under_credited_share=float((credited < true).mean()) if n else 0.0,
+        over_credited_share=float((credited > true).mean()) if n else 0.0,
+        missed_blocks=int((requests["best_true_prefix_blocks"] - true).sum()), messages=messages)
