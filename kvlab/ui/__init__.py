@@ -4,6 +4,7 @@
 name                     what
 =======================  ============================================================
 :func:`replay_panel`     capacity / touch order / warm-up controls over a replay
+:func:`savings_panel`    documents per request / shuffling over CacheBlend's savings
 :class:`StepperPanel`    Step / Reset through an engine scenario, chart after each step
 :func:`design_explorer`  chunk size, model, tiers (GiB, policy), write policy → every tier over time
 =======================  ============================================================
@@ -15,7 +16,8 @@ browser: set a control's ``.value`` and read ``.result``, ``.summary.value`` or
 
 from kvlab.ui.design_explorer import DesignExplorer, design_explorer
 from kvlab.ui.replay_panel import UNBOUNDED, ReplayPanel, capacity_options, replay_panel
+from kvlab.ui.savings_panel import SavingsPanel, savings_panel, savings_text
 from kvlab.ui.stepper import StepperPanel
 
-__all__ = ["UNBOUNDED", "DesignExplorer", "ReplayPanel", "StepperPanel", "capacity_options", "design_explorer",
-           "replay_panel"]
+__all__ = ["UNBOUNDED", "DesignExplorer", "ReplayPanel", "SavingsPanel", "StepperPanel", "capacity_options",
+           "design_explorer", "replay_panel", "savings_panel", "savings_text"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import altair as alt
 import ipywidgets as widgets
 
-from kvlab.sim import TOUCH_ORDERS, ReplayConfig, ReplayResult, replay
+from kvlab.core import RunResult
+from kvlab.sim import TOUCH_ORDERS, ReplayConfig, replay
 from kvlab.traces import Trace
 from kvlab.viz import occupancy_chart
 
@@ -58,7 +59,7 @@ class ReplayPanel:
         >>> panel.capacity.value  # 300 is not a 1-2-5 stop: it becomes one
         300
         >>> panel.capacity.value = 500  # as a user moving the slider
-        >>> panel.result.summary.capacity_blocks
+        >>> panel.result.config.capacity_blocks
         500
     """
 
@@ -80,7 +81,7 @@ class ReplayPanel:
         self.warmup = widgets.FloatSlider(value=0.0, min=0.0, max=0.9, step=0.05, description="warm-up",
                                           continuous_update=False, readout_format=".2f")
         self.summary = widgets.HTML()
-        self.result: ReplayResult = self.compute()
+        self.result: RunResult = self.compute()
         self.chart = alt.JupyterChart(self._chart(self.result))
         self._show_summary(self.result)
         self.ui = widgets.VBox([widgets.HBox([self.capacity, self.warmup]), self.touch_order, self.summary,
@@ -94,7 +95,7 @@ class ReplayPanel:
         return ReplayConfig(policy=self.policy, capacity_blocks=capacity,
                             touch_order=self.touch_order.value, warmup_fraction=round(self.warmup.value, 4))
 
-    def compute(self) -> ReplayResult:
+    def compute(self) -> RunResult:
         """Replay the trace with the current control values (no widget is changed)."""
         return replay(self.trace, self.config())
 
@@ -107,14 +108,14 @@ class ReplayPanel:
     def _on_change(self, _change: dict) -> None:
         self.refresh()
 
-    def _chart(self, result: ReplayResult) -> alt.VConcatChart:
-        s = result.summary
-        cap = "unbounded" if s.capacity_blocks is None else f"{s.capacity_blocks:,} blocks"
+    def _chart(self, result: RunResult) -> alt.VConcatChart:
+        capacity = result.config.capacity_blocks
+        cap = "unbounded" if capacity is None else f"{capacity:,} blocks"
         measured = result.requests.filter("measured")["arrival_s"]
-        warmup_end_s = measured[0] if s.warmup_requests and len(measured) else None
-        return occupancy_chart(result.timeline, title=f"{self.policy.upper()} cache, {cap}", warmup_end_s=warmup_end_s)
+        warmup_end_s = measured[0] if result.summary.warmup_requests and len(measured) else None
+        return occupancy_chart(result, title=f"{self.policy.upper()} cache, {cap}", warmup_end_s=warmup_end_s)
 
-    def _show_summary(self, result: ReplayResult) -> None:
+    def _show_summary(self, result: RunResult) -> None:
         s = result.summary
         self.summary.value = (
             f"<b>block hit ratio</b> {s.block_hit_ratio:.4f} &nbsp; <b>token hit ratio</b> "

@@ -1,9 +1,12 @@
-"""Altair chart builders: a polars frame in, a chart out.
+"""Altair chart builders: a polars frame (or a :class:`kvlab.core.RunResult`) in, a chart out.
 
 ================================  ============================================================
 function                          chart
 ================================  ============================================================
-:func:`occupancy_chart`           used blocks (and capacity) over time, rolling hit ratio below
+:func:`occupancy_chart`           any run: used blocks (and capacity) per tier over time,
+                                  rolling hit ratio below
+:func:`hit_ratio_chart`           any run: rolling block hit ratio per tier over time
+:func:`tier_breakdown_chart`      any run: block references served by each tier, and computed
 :func:`hit_ratio_curve`           hit ratio vs capacity (log x), one line per series
 :func:`save_chart`                write a chart as PNG, SVG, PDF or standalone HTML (offline)
 :func:`use_offline_rendering`     show charts in Jupyter with no internet access
@@ -14,8 +17,9 @@ function                          chart
 :func:`table1_chart`              arXiv Table 1 shape: LRU / LFU / LengthAware vs capacity
 ================================  ============================================================
 
-Timelines are pre-aggregated in polars (at most ``max_points`` bins per metric) so the
-charts stay small whatever the trace length.
+The run charts (:mod:`kvlab.viz.run_charts`) take a result whatever driver made it, or its
+timeline; timelines are pre-aggregated in polars (at most ``max_points`` bins per metric) so
+the charts stay small whatever the trace length.
 """
 
 from __future__ import annotations
@@ -27,75 +31,15 @@ import polars as pl
 
 from kvlab.viz.engine_charts import block_pool_chart, radix_tree_chart, tree_layout
 from kvlab.viz.figures import cache_ratio_chart, figure9_chart, table1_chart
-
-#: How each timeline metric is aggregated inside a bin of steps.
-_BIN_AGG = {"used_blocks": "max", "capacity_blocks": "max", "evictions": "sum", "hit_ratio_rolling": "mean"}
-
-
-def downsample_timeline(timeline: pl.DataFrame, max_points: int = 1000) -> pl.DataFrame:
-    """Aggregate a long timeline into at most ``max_points`` bins of steps per metric.
-
-    Within a bin: ``used_blocks`` and ``capacity_blocks`` take the maximum (the
-    envelope, so a capacity violation cannot be hidden), ``evictions`` the sum,
-    ``hit_ratio_rolling`` the mean; ``time_s`` is the bin's last arrival.
-
-    Raises:
-        ValueError: ``max_points < 1`` or a column of the timeline is missing.
-    """
-    if max_points < 1:
-        raise ValueError(f"max_points must be >= 1, got {max_points!r}")
-    missing = {"step", "time_s", "tier", "metric", "value"} - set(timeline.columns)
-    if missing:
-        raise ValueError(f"timeline lacks column(s) {sorted(missing)}")
-    n_steps = int(timeline["step"].max()) + 1 if timeline.height else 0
-    width = max(1, -(-n_steps // max_points))
-    agg = pl.col("metric").first()
-    value = pl.col("value")
-    chosen = pl.when(agg == "evictions").then(value.sum()).when(agg == "hit_ratio_rolling").then(value.mean())
-    return (
-        timeline.with_columns((pl.col("step") // width).alias("bin"))
-        .group_by("bin", "tier", "metric", maintain_order=True)
-        .agg(pl.col("step").last(), pl.col("time_s").last(), chosen.otherwise(value.max()).alias("value"))
-        .drop("bin")
-        .sort("tier", "metric", "step")
-    )
-
-
-def occupancy_chart(timeline: pl.DataFrame, *, max_points: int = 1000, title: str | None = None,
-                    warmup_end_s: float | None = None) -> alt.VConcatChart:
-    """Cache occupancy over time, with the rolling hit ratio underneath.
-
-    Args:
-        timeline: a replay timeline (``step, time_s, tier, metric, value``).
-        max_points: bins per metric after downsampling.
-        title: chart title.
-        warmup_end_s: arrival time of the first measured request; drawn as a grey rule
-            in both panels when given.
-
-    Returns:
-        Top: ``used_blocks`` (solid) and ``capacity_blocks`` (dashed), colour by tier;
-        bottom: ``hit_ratio_rolling``; x is the arrival time in seconds.
-    """
-    data = downsample_timeline(timeline, max_points)
-    x = alt.X("time_s:Q", title="arrival time (s)", scale=alt.Scale(nice=False, zero=False))
-    color = alt.Color("tier:N", title="tier")
-    dash = alt.StrokeDash("metric:N", title="series", scale=alt.Scale(
-        domain=["used_blocks", "capacity_blocks"], range=[[1, 0], [6, 4]]))
-    blocks = alt.Chart(data).transform_filter(
-        alt.FieldOneOfPredicate(field="metric", oneOf=["used_blocks", "capacity_blocks"])
-    ).mark_line().encode(
-        x=x, y=alt.Y("value:Q", title="blocks"), color=color, strokeDash=dash,
-        tooltip=["step:Q", "time_s:Q", "tier:N", "metric:N", alt.Tooltip("value:Q", format=",")])
-    ratio = alt.Chart(data).transform_filter(alt.datum.metric == "hit_ratio_rolling").mark_line().encode(
-        x=x, y=alt.Y("value:Q", title="rolling block hit ratio", scale=alt.Scale(domain=[0, 1])), color=color,
-        tooltip=["step:Q", "time_s:Q", alt.Tooltip("value:Q", title="hit ratio", format=".3f")])
-    top, bottom = blocks, ratio
-    if warmup_end_s is not None:
-        rule = alt.Chart(pl.DataFrame({"time_s": [float(warmup_end_s)], "label": ["warm-up ends"]})).mark_rule(
-            color="grey", strokeDash=[2, 2]).encode(x="time_s:Q", tooltip=["label:N", "time_s:Q"])
-        top, bottom = blocks + rule, ratio + rule
-    chart = alt.vconcat(top.properties(width=640, height=220), bottom.properties(width=640, height=120))
-    return chart.properties(title=title) if title else chart
+from kvlab.viz.run_charts import (
+    downsample_timeline,
+    hit_ratio_chart,
+    hit_ratio_timeline,
+    occupancy_chart,
+    run_timeline,
+    tier_breakdown,
+    tier_breakdown_chart,
+)
 
 
 def hit_ratio_curve(frame: pl.DataFrame, *, metric: str = "token_hit_ratio", color: str = "policy",
@@ -173,6 +117,7 @@ def use_offline_rendering() -> None:
     alt.JupyterChart.enable_offline()
 
 
-__all__ = ["block_pool_chart", "cache_ratio_chart", "downsample_timeline", "figure9_chart", "hit_ratio_curve",
-           "occupancy_chart", "radix_tree_chart", "save_chart", "table1_chart", "tree_layout",
+__all__ = ["block_pool_chart", "cache_ratio_chart", "downsample_timeline", "figure9_chart", "hit_ratio_chart",
+           "hit_ratio_curve", "hit_ratio_timeline", "occupancy_chart", "radix_tree_chart", "run_timeline",
+           "save_chart", "table1_chart", "tier_breakdown", "tier_breakdown_chart", "tree_layout",
            "use_offline_rendering"]

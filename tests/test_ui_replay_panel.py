@@ -25,7 +25,7 @@ def test_slider_reruns_replay_and_updates_chart(conversation) -> None:
     rows = chart_rows(panel)
     assert metric_max(rows, "capacity_blocks") == 1_000
     assert metric_max(rows, "used_blocks") == 1_000
-    assert panel.result.summary.capacity_blocks == 1_000
+    assert panel.result.config.capacity_blocks == 1_000
     assert "0.0445" in panel.summary.value  # traces.md §5.1: LRU 1,000 blocks
 
 
@@ -52,7 +52,7 @@ def test_capacity_options_reach_the_working_set() -> None:
 def test_panel_rejects_bad_arguments(synthetic) -> None:
     with pytest.raises(ValueError, match="unknown policy"):
         ReplayPanel(synthetic, policy="nope")
-    with pytest.raises(ValueError, match="capacity_blocks must be an integer >= 0 or None, got -5"):
+    with pytest.raises(ValueError, match=r"capacity_blocks must be an integer in \[0, 2\*\*63\) or None, got -5"):
         ReplayPanel(synthetic, capacity_blocks=-5)
     with pytest.raises(ValueError, match="trace must be a kvlab Trace"):
         ReplayPanel("synthetic")
@@ -60,7 +60,7 @@ def test_panel_rejects_bad_arguments(synthetic) -> None:
 
 def test_initial_capacity_is_kept_exactly(synthetic) -> None:
     panel = ReplayPanel(synthetic, capacity_blocks=3_000)
-    assert panel.capacity.value == 3_000 and panel.result.summary.capacity_blocks == 3_000
+    assert panel.capacity.value == 3_000 and panel.result.config.capacity_blocks == 3_000
     values = [v for _, v in panel.capacity.options]
     assert values[:-1] == sorted(values[:-1]) and values[-1] == UNBOUNDED
     for start in (None, UNBOUNDED):
