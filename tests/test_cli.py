@@ -9,9 +9,10 @@ import polars as pl
 import pytest
 
 from kvlab.cli import main
+from kvlab.sim import replay
 
-REQUIRED_KEYS = {"requests", "block_refs", "hit_blocks", "block_hit_ratio", "token_hit_ratio", "evictions",
-                 "capacity_blocks", "policy"}
+REQUIRED_KEYS = {"driver", "source", "config", "requests", "block_refs", "hit_blocks", "block_hit_ratio",
+                 "token_hit_ratio", "evictions"}
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -25,8 +26,19 @@ def test_replay_json(capsys) -> None:
     assert code == 0
     summary = json.loads(out)
     assert REQUIRED_KEYS <= summary.keys()
-    assert summary["capacity_blocks"] == 10_000 and summary["policy"] == "lru"
+    assert summary["driver"] == "replay" and summary["source"].endswith("conversation_trace.jsonl")
+    assert summary["config"]["capacity_blocks"] == 10_000 and summary["config"]["policy"] == "lru"
     assert round(summary["block_hit_ratio"], 4) == 0.2116
+
+
+def test_replay_json_has_one_shape_in_every_mode(capsys, tmp_path: Path) -> None:
+    shapes = {}
+    for mode in ("prefix", "vllm"):
+        code, out, _ = run(capsys, "replay", "synthetic", "--mode", mode, "--json", "--out", str(tmp_path / mode))
+        printed = json.loads(out)
+        assert code == 0 and printed == json.loads((tmp_path / mode / "summary.json").read_text())
+        shapes[mode] = (list(printed), list(printed["config"]))
+    assert shapes["prefix"] == shapes["vllm"]
 
 
 def test_replay_text_with_warmup_and_touch_order(capsys) -> None:
@@ -43,6 +55,9 @@ def test_replay_out_writes_frames_and_charts(capsys, tmp_path: Path, synthetic) 
     names = {p.name for p in tmp_path.iterdir()}
     assert names == {"requests.parquet", "timeline.parquet", "summary.json", "occupancy.png", "occupancy.html"}
     assert pl.read_parquet(tmp_path / "requests.parquet").height == len(synthetic)
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["config"]["capacity_blocks"] == 5000 and written["hit_blocks"] == replay(
+        synthetic, capacity_blocks=5000).summary.hit_blocks
     assert (tmp_path / "occupancy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -109,7 +124,8 @@ def test_block_size_and_version(capsys, tmp_path: Path) -> None:
 def test_replay_vllm_mode(capsys) -> None:
     code, out, _ = run(capsys, "replay", "synthetic", "--mode", "vllm", "--free-order", "classic", "--json")
     summary = json.loads(out)
-    assert code == 0 and summary["mode"] == "vllm" and summary["rejected_requests"] == 0
+    assert code == 0 and summary["config"]["mode"] == "vllm" and summary["config"]["free_order"] == "classic"
+    assert summary["rejected_requests"] == 0
     code, out, _ = run(capsys, "replay", "synthetic", "--json")
     assert json.loads(out)["block_hit_ratio"] > summary["block_hit_ratio"]  # full blocks + last-token rule
 

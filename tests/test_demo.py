@@ -5,9 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from kvlab.cli import main
-from kvlab.cli.demo import DEMO_CAPACITIES
+from kvlab.cli.demo import DEMO_CAPACITIES, DEMO_TRACES
+
+
+def parse_table(out: str) -> dict[tuple[str, int | None], tuple[float, float, int]]:
+    """The printed table: (trace, capacity) → (block hit, token hit, evictions)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:1] == ["trace"]) + 1
+    rows = {}
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        trace, cap, block, token, evictions = line.split()
+        capacity = None if cap == "unbounded" else int(cap.replace(",", ""))
+        rows[trace, capacity] = (float(block), float(token), int(evictions.replace(",", "")))
+    return rows
 
 
 def test_demo_writes_figures_and_prints_table(tmp_path: Path, capsys) -> None:
@@ -19,6 +34,14 @@ def test_demo_writes_figures_and_prints_table(tmp_path: Path, capsys) -> None:
     curve = pl.read_parquet(tmp_path / "curve.parquet")
     assert curve.height == 2 * len(DEMO_CAPACITIES)
     assert curve["capacity_blocks"].drop_nulls().min() == 1_000 and curve["capacity_blocks"].max() == 100_000
-    # rows of issue #2's table, as printed
-    assert "conversation             10,000     0.2116     0.2157" in out
-    assert "synthetic             unbounded     0.6396     0.6512" in out
+    table = parse_table(out)
+    assert list(table) == [(t, c) for t in DEMO_TRACES for c in DEMO_CAPACITIES]  # every row, in order
+    for row in curve.iter_rows(named=True):  # the table prints the curve it writes
+        block, token, evictions = table[row["trace"], row["capacity_blocks"]]
+        assert (block, token, evictions) == (pytest.approx(row["block_hit_ratio"], abs=5e-5),
+                                             pytest.approx(row["token_hit_ratio"], abs=5e-5), row["evictions"])
+    # rows of issue #2's table (README "What the replay means"; docs/specs/traces.md §5)
+    assert table["conversation", 10_000][:2] == (0.2116, 0.2157)
+    assert table["synthetic", None][:2] == (0.6396, 0.6512)
+    assert table["synthetic", 10_000][:2] == (0.4239, 0.4318)
+    assert table["conversation", None][:2] == (0.3664, 0.3736)

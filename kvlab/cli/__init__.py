@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from kvlab import __version__
+from kvlab.core.result import to_jsonable
 from kvlab.paths import BUNDLED_TRACES
 from kvlab.policies import POLICIES
 from kvlab.sim import TOUCH_ORDERS, ReplayConfig, replay
@@ -186,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def summary_json(summary: object, indent: int | None = None) -> str:
+    """The JSON of a run's summary, one shape for every mode: ``summary.to_dict()``
+    (:meth:`kvlab.core.RunSummary.to_dict`: ``driver``, ``source``, ``config``, then the totals)."""
+    return json.dumps(to_jsonable(summary), indent=indent)
+
+
 def cmd_info(args: argparse.Namespace) -> None:
     """``kvlab info TRACE``."""
     stats = load_trace(args.trace, block_size=args.block_size).describe()
@@ -209,11 +216,11 @@ def cmd_replay_tiered(args: argparse.Namespace, trace: object) -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         result.requests.write_parquet(args.out / "requests.parquet")
         result.tier_counters.write_csv(args.out / "tier_counters.csv")
-        (args.out / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
+        (args.out / "summary.json").write_text(summary_json(result.summary, indent=2) + "\n")
         if not args.json:
             print(f"wrote {args.out}/ (requests.parquet, tier_counters.csv, summary.json)")
     if args.json:
-        print(json.dumps(result.summary))
+        print(summary_json(result.summary))
         return
     s = result.summary
     print(f"tiered replay ({s['write_policy']}, promote={s['promote']}, {s['touch_order']}): {s['requests']:,} "
@@ -246,16 +253,16 @@ def cmd_replay(args: argparse.Namespace) -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         result.requests.write_parquet(args.out / "requests.parquet")
         result.timeline.write_parquet(args.out / "timeline.parquet")
-        (args.out / "summary.json").write_text(json.dumps(result.summary.to_dict(), indent=2) + "\n")
+        (args.out / "summary.json").write_text(summary_json(result.summary, indent=2) + "\n")
         measured = result.requests.filter("measured")["arrival_s"]
         cap = "unbounded" if config.capacity_blocks is None else f"{config.capacity_blocks:,} blocks"
         title = (f"{Path(trace.source).name}: {config.policy}, {cap}, {config.touch_order}, "
                  f"warm-up {config.warmup_fraction:g}")
-        chart = occupancy_chart(result.timeline, title=title,
+        chart = occupancy_chart(result, title=title,
                                 warmup_end_s=measured[0] if config.warmup_fraction > 0 and len(measured) else None)
         save_chart(chart, args.out, "occupancy")
     if args.json:
-        print(json.dumps(result.summary.to_dict()))
+        print(summary_json(result.summary))
     else:
         print(result.summary)
         if args.out is not None:

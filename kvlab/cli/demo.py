@@ -60,7 +60,7 @@ def run_demo(out: Path) -> pl.DataFrame:
     written = []
     for name in DEMO_TRACES:
         result = replay(load_trace(bundled_trace_path(name)), capacity_blocks=OCCUPANCY_CAPACITY_BLOCKS)
-        chart = occupancy_chart(result.timeline, title=f"Mooncake {name} trace, LRU, "
+        chart = occupancy_chart(result, title=f"Mooncake {name} trace, LRU, "
                                                        f"{OCCUPANCY_CAPACITY_BLOCKS:,} blocks")
         written += save_chart(chart, out, f"{name}_occupancy")
     written += save_chart(hit_ratio_curve(curve, color="trace", title="LRU token hit ratio vs capacity "
