@@ -19,6 +19,7 @@ from kvlab.blend.ranges import (
     prefix_run_tokens,
     unique_token_coverage,
 )
+from kvlab.blend.savings import prefill_savings
 from kvlab.blend.table import DELETED_SLOTS, _group_and_tag, _group_shift
 
 C = 256  # chunk size of the upstream test_blend_matcher.py scenarios
@@ -551,3 +552,43 @@ def test_kernels_module_is_what_the_matcher_hashes_with():
     m = TokenRangeMatcher(4)
     m.register([5, 6, 7, 8], [1])
     assert int(m._table.fingerprint[0]) == int(kernels.chunk_hashes(np.array([5, 6, 7, 8]), 4)[0])
+
+
+def test_the_notebook_walkthrough_step_by_step() -> None:
+    """Notebook 08 §2: k = 4, base 31; stored `SYS A B` and `SYS 50 51 A 52 53`; the query
+    `SYS C B 99 A 98 97 96` holds SYS as a prefix, B where it was stored and A shifted."""
+    k, sys4, a, b, c = 4, [1, 2, 3, 4], list(range(10, 18)), list(range(20, 28)), list(range(30, 38))
+    matcher = TokenRangeMatcher(k, base=31, table_bits=3)
+    assert matcher.register(sys4 + a + b, [1, 2, 3, 4, 5]) == 5
+    assert matcher.register(sys4 + [50, 51] + a + [52, 53], [6, 7, 8, 9]) == 4
+    query = sys4 + c + b + [99] + a + [98, 97, 96]
+    matches = matcher.match(query)
+    # SYS at 0 (the nearer copy, key 1); B at 12 and 16 as stored; A's chunks at 21 and 25; a chunk of the
+    # second prompt ([A2 A3 A4 A5], key 8) at 23, overlapping both
+    assert [tuple(m) for m in matches] == [(0, 4, 0, 4, 1), (12, 16, 12, 16, 4), (16, 20, 16, 20, 5),
+                                           (4, 8, 21, 25, 2), (8, 12, 23, 27, 8), (8, 12, 25, 29, 3)]
+    prefix = prefix_run_tokens(matches)
+    kept = leftmost_non_overlapping(matches, prefix)
+    assert classes(matches) == ["prefix", "aligned", "aligned", "shifted", "shifted", "shifted"]
+    assert prefix == 4 and [m.storage_key for m in kept] == [4, 5, 2, 3]  # the window at 23 is dropped
+    assert unique_token_coverage(matches) == 20 and unique_token_coverage(kept) == 16
+    split = prefill_savings(len(query), prefix, matches, min_blend_tokens=8)
+    assert (split.prefix_hit_tokens, split.blended_tokens, split.recomputed_blend_tokens, split.fresh_tokens,
+            split.saved_tokens) == (4, 16, 2, 12, 18)
+
+
+def test_the_notebook_collisions() -> None:
+    """Notebook 08: base 31, A's first chunk forged by -1/+31 keeps its fingerprint; a hash-only table
+    (the older matcher) reports it, TokenRangeMatcher does not. With LMCache's base the shortest
+    colliding deltas are a Fibonacci pair (F47 = 2,971,215,073)."""
+    a = list(range(10, 18))
+    forged = [a[0] - 1, a[1] + 31, a[2], a[3]]
+    assert kernels.rolling_hashes(np.array(forged), 4, 31)[0] == chunk_hashes(np.array(a[:4]), 4, 31)[0]
+    stored = [1, 2, 3, 4] + a + list(range(20, 28))
+    hash_only = np.full(2**20, -1, dtype=np.int64)
+    kernels.write_table(chunk_hashes(np.array(stored), 4, 31), hash_only, np.arange(5))
+    assert kernels.unique_hits(kernels.rolling_hashes(np.array(forged), 4, 31), hash_only, 5).tolist() == [1]
+    matcher = TokenRangeMatcher(4, base=31, table_bits=3)
+    matcher.register(stored, [1, 2, 3, 4, 5])
+    assert matcher.match(forged) == []
+    assert tuple(abs(d) for d in shortest_collision(BLEND_BASE)) == (2_971_215_073, 50_920_843)

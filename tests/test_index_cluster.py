@@ -114,3 +114,42 @@ def test_the_trace_tokens_are_routed_and_the_timeline_follows_the_pods() -> None
     assert {pod: timeline[pod].to_list() for pod in expected} == expected  # full blocks cached per pod
     config = json.loads(json.dumps(result.summary.to_dict()))["config"]
     assert config["scorer"]["type"] == "LongestPrefixScorer" and config["faults"] is None and config["n_pods"] == 2
+
+
+def test_at_scale_stale_events_make_wrong_choices_and_eviction_too(conversation_head: Trace) -> None:
+    """Notebook 07 §2 on the first 300 requests: roomy pools (nothing evicted) and 2,000-block pools."""
+    roomy = sum(len(t) for t in trace_token_ids(conversation_head, 16)) // 16
+    faults = {"none": {}, "coalesced": {"coalesce_s": 30.0}, "lossy": {"loss_p": 0.05}}
+    runs, lost = {}, {}
+    for pool, capacity in (("roomy", roomy), ("tight", 2_000)):
+        for name, options in faults.items():
+            injector = FaultInjector(seed=1, **options)
+            runs[pool, name] = route_requests(conversation_head, capacity_blocks=capacity, faults=injector)
+            lost[pool, name] = injector.stats["lost"]
+            assert runs[pool, name].summary.messages == injector.stats["messages"]
+    wrong = {key: r.summary.wrong_share for key, r in runs.items()}
+    assert wrong["roomy", "none"] == 0 < wrong["roomy", "coalesced"]  # a fresh exact index is never wrong
+    assert runs["roomy", "none"].requests["pod"].n_unique() == 1  # pure longest prefix: all on one pod
+    assert wrong["tight", "none"] > 0  # the copy effect: a fresh index under eviction is wrong too
+    assert runs["roomy", "none"].summary.over_credited_share == runs["tight", "none"].summary.over_credited_share == 0
+    assert lost["roomy", "lossy"] > 0 and lost["tight", "lossy"] > 0
+    assert runs["tight", "lossy"].summary.under_credited_share > 0
+
+
+def test_four_scorers_disagree_on_one_index_state() -> None:
+    """Notebook 07 §3: pod-a holds 6 of the 8 keys on CPU, pod-b 5 on GPU, pod-c the 2-block prefix."""
+    from kvlab.index import CacheAwareScorer, DynamoCostScorer, InMemoryIndex, LongestPrefixScorer, PodEntry, PodLoad
+
+    keys = list(range(1, 9))
+    state = InMemoryIndex()
+    for pod, tier, n in (("pod-a", "cpu", 6), ("pod-b", "gpu", 5), ("pod-c", "gpu", 2)):
+        state.add(None, keys[:n], [PodEntry(pod, tier)])
+    loads = {"pod-a": PodLoad(active_blocks=40, running_requests=10, tree_size_blocks=6),
+             "pod-b": PodLoad(active_blocks=30, running_requests=12, tree_size_blocks=5),
+             "pod-c": PodLoad(active_blocks=0, running_requests=2, tree_size_blocks=2)}
+    scorers = [LongestPrefixScorer(), MaxPrefixScorer(), DynamoCostScorer(), CacheAwareScorer()]
+    picks = [(s.name, s.select(keys, state, list(loads), loads=loads, rng=np.random.default_rng(0))) for s in scorers]
+    # llm-d weighs tiers (5 GPU > 6 x 0.8 CPU); MaxPrefix and SGLang take the longest match; Dynamo the idle pod
+    assert picks == [("longest_prefix", "pod-b"), ("max_prefix", "pod-a"), ("dynamo_cost", "pod-c"),
+                     ("cache_aware", "pod-a")]
+    assert LongestPrefixScorer().score(keys, state) == {"pod-a": pytest.approx(4.8), "pod-b": 5.0, "pod-c": 2.0}

@@ -103,6 +103,14 @@ def test_table1_lru_column_matches_the_spec(conversation) -> None:
     assert lfu == sorted(lfu)
 
 
+def test_table1_shape_lru_beats_lfu_beats_length_aware(conversation) -> None:
+    """Notebook 05: from 10,000 blocks up LRU >= LFU (as the paper), and kvlab's LengthAware falls below
+    both (keeping a request's deep blocks orphans them under prefix lookups)."""
+    frame = mf.table1_shape(conversation)
+    by = {(r["policy"], r["capacity_blocks"]): r["ours"] for r in frame.iter_rows(named=True)}
+    assert all(by["lru", c] >= by["lfu", c] > by["length_aware", c] for c in (10_000, 30_000, 50_000))
+
+
 def test_charts_carry_the_labels(traces, definitions, tmp_path) -> None:
     curves = mf.figure9_curves(traces)
     shares = mf.share_at_3m_tokens(curves)

@@ -13,6 +13,7 @@ from kvlab.sim import replay, sweep
 from kvlab.traces import load_trace, rag
 from kvlab.viz import (downsample_timeline, hit_ratio_chart, hit_ratio_curve, hit_ratio_timeline, occupancy_chart,
                        run_timeline, tier_breakdown, tier_breakdown_chart)
+from kvlab.viz.run_charts import MAX_CHART_ROWS
 
 
 def chart_rows(chart: object) -> pl.DataFrame:
@@ -92,6 +93,17 @@ def test_every_tier_gets_its_line_and_its_bar() -> None:
     assert set(chart_rows(hit_ratio_chart(timeline, window_steps=2))["tier"]) == {"GPU", "CPU", "all tiers"}
     spec = tier_breakdown_chart(timeline, title="t").to_dict()
     assert spec["title"] == "t" and spec["mark"]["type"] == "bar"
+
+
+def test_many_tiers_stay_under_the_row_limit() -> None:
+    steps = list(range(3_000))
+    timeline = pl.concat([timeline_frame(steps, [float(s) for s in steps], f"pod-{i}",
+                                         {"used_blocks": steps, "hit_blocks": [1] * 3_000, "miss_blocks": [1] * 3_000})
+                          for i in range(6)])
+    for chart in (occupancy_chart(timeline), hit_ratio_chart(timeline)):
+        rows = chart_rows(chart)
+        assert MAX_CHART_ROWS // 2 < rows.height <= MAX_CHART_ROWS  # 13 or 7 series: fewer bins each
+        assert rows.filter(metric="used_blocks")["value"].max() in (None, 2_999.0)  # the envelope survives
 
 
 def test_a_timeline_without_hits_has_no_ratio_or_breakdown() -> None:

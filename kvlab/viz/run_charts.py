@@ -21,6 +21,8 @@ ALL_TIERS = "all tiers"
 DEFAULT_WINDOW_STEPS = 1000
 #: Label of the computed (missed) blocks in :func:`tier_breakdown_chart`.
 COMPUTED = "computed"
+#: Rows a chart embeds at most (altair refuses more than 5,000 by default).
+MAX_CHART_ROWS = 4_500
 
 
 def run_timeline(source: RunResult | pl.DataFrame) -> pl.DataFrame:
@@ -63,6 +65,13 @@ def downsample_timeline(timeline: pl.DataFrame, max_points: int = 1000) -> pl.Da
         .drop("bin")
         .sort("tier", "metric", "step")
     )
+
+
+def _binned(timeline: pl.DataFrame, max_points: int) -> pl.DataFrame:
+    """:func:`downsample_timeline` with fewer bins when many series would exceed :data:`MAX_CHART_ROWS`."""
+    series = max(1, timeline.select("tier", "metric").n_unique())
+    points = min(check_positive("max_points", max_points), max(1, MAX_CHART_ROWS // series))
+    return downsample_timeline(timeline, points)
 
 
 def _window(source: RunResult | pl.DataFrame, window_steps: int | None) -> int:
@@ -114,7 +123,8 @@ def occupancy_chart(source: RunResult | pl.DataFrame, *, max_points: int = 1000,
 
     Args:
         source: a :class:`~kvlab.core.RunResult` or its timeline.
-        max_points: bins per metric after downsampling.
+        max_points: bins per tier and metric after downsampling (fewer when the chart would
+            embed more than :data:`MAX_CHART_ROWS` rows).
         title: chart title.
         warmup_end_s: arrival time of the first measured request; drawn as a grey rule
             in both panels when given.
@@ -131,7 +141,7 @@ def occupancy_chart(source: RunResult | pl.DataFrame, *, max_points: int = 1000,
     occupancy = timeline.filter(pl.col("metric").is_in(["used_blocks", "capacity_blocks"]))
     has_hits = timeline.filter(pl.col("metric").is_in(["hit_ratio_rolling", "hit_blocks"])).height > 0
     ratio_rows = hit_ratio_timeline(source) if has_hits else timeline.clear()
-    data = downsample_timeline(pl.concat([occupancy, ratio_rows]), max_points)
+    data = _binned(pl.concat([occupancy, ratio_rows]), max_points)
     x = alt.X("time_s:Q", title="time (s)", scale=alt.Scale(nice=False, zero=False))
     color = alt.Color("tier:N", title="tier")
     dash = alt.StrokeDash("metric:N", title="series", scale=alt.Scale(
@@ -160,13 +170,13 @@ def hit_ratio_chart(source: RunResult | pl.DataFrame, *, window_steps: int | Non
     Args:
         source: a :class:`~kvlab.core.RunResult` or its timeline.
         window_steps: as :func:`hit_ratio_timeline`.
-        max_points: bins per line after downsampling.
+        max_points: bins per line after downsampling (fewer past :data:`MAX_CHART_ROWS` rows).
         title: chart title.
 
     Raises:
         ValueError: as :func:`hit_ratio_timeline`.
     """
-    data = downsample_timeline(hit_ratio_timeline(source, window_steps), max_points)
+    data = _binned(hit_ratio_timeline(source, window_steps), max_points)
     chart = alt.Chart(data).mark_line().encode(
         x=alt.X("time_s:Q", title="time (s)", scale=alt.Scale(nice=False, zero=False)),
         y=alt.Y("value:Q", title="rolling block hit ratio", scale=alt.Scale(domain=[0, 1])),
