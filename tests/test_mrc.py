@@ -93,7 +93,7 @@ def test_spec_numbers(request, name, warmup, table) -> None:
 
 
 def test_golden_scenario() -> None:
-    """SCENARIO at capacity 3 (tests/test_replay.py): hits 0, 2, 1, 2 head most recent,
+    """SCENARIO at capacity 3 (tests/test_sim_replay.py): hits 0, 2, 1, 2 head most recent,
     0, 2, 1, 1 tail most recent; 4 evictions either way; unbounded 0, 2, 1, 3."""
     trace = make_trace(SCENARIO, block_size=1)
     head = mrc(trace, capacities_blocks=[0, 3, None])
