@@ -288,13 +288,13 @@ def test_builtin_with_vllm_root_depends_on_pythonhashseed() -> None:
 
 BAD_PARAMS = [
     ({"chunk_size": 0}, "chunk_size must be an integer >= 1, got 0"),
-    ({"mode": "lmcache"}, "mode must be one of ['chunked_token_db', 'mp_token_hasher'], got 'lmcache'"),
+    ({"mode": "lmcache"}, "mode must be one of ('chunked_token_db', 'mp_token_hasher'), got 'lmcache'"),
     ({"algo": "blake3"}, "algo for mode 'chunked_token_db' must be one of"),
     ({"mode": "mp_token_hasher", "algo": "builtin"}, "algo for mode 'mp_token_hasher' must be one of"),
     ({"save_unfull_chunk": 1}, "save_unfull_chunk must be a bool, got 1"),
     ({"vllm_importable": "yes"}, "vllm_importable must be a bool, got 'yes'"),
-    ({"mm_placeholder": "int32"}, "mm_placeholder must be one of ['per_position', 'int16_legacy'], got 'int32'"),
-    ({"none_hash_seed": 0}, "none_hash_seed must be a string or None, got 0"),
+    ({"mm_placeholder": "int32"}, "mm_placeholder must be one of ('per_position', 'int16_legacy'), got 'int32'"),
+    ({"none_hash_seed": 0}, "none_hash_seed must be a str or None, got 0"),
     ({"mode": "mp_token_hasher", "save_unfull_chunk": True}, "hashes full chunks only"),
     ({"mode": "mp_token_hasher", "algo": "sha256_cbor", "vllm_importable": False}, "needs vllm_importable=True"),
     ({"vllm_importable": False, "none_hash_seed": "0"}, "none_hash_seed='0' is unused"),
@@ -322,7 +322,7 @@ def test_bad_token_ids_and_extras_raise() -> None:
         LMCacheHasher().block_hashes([1], {"lora_name": "a"})
     with pytest.raises(ValueError, match="length must be an integer >= 0, got -1"):
         mm_placeholder_values("x", -1)
-    with pytest.raises(ValueError, match="identifier must be a string, got None"):
+    with pytest.raises(ValueError, match="identifier must be a str, got None"):
         hex_hash_to_int16(None)
     with pytest.raises(ValueError, match="mm_items must be MMItem values"):
         apply_mm_placeholders([1, 2], [("x", 0, 1)])

@@ -361,9 +361,9 @@ def test_xxhash_without_seed_or_rng_warns_at_the_caller(make: object) -> None:
 
 
 @pytest.mark.parametrize(("make", "message"), [
-    (lambda: VllmHasher(algo="md5"), "unknown hash algo 'md5'"),
+    (lambda: VllmHasher(algo="md5"), r"algo must be one of \('sha256', 'sha256_cbor', 'xxhash', 'xxhash_cbor'\), got 'md5'"),
     (lambda: VllmHasher(block_size=0), "block_size must be an integer >= 1, got 0"),
-    (lambda: VllmHasher(seed=42), "seed must be a string .* got 42"),
+    (lambda: VllmHasher(seed=42), "seed must be a str or None, got 42"),
     (lambda: VllmHasher(rng=42), "rng must be a numpy.random.Generator or None, got int"),
     (lambda: VllmHasher(rng=np.random.default_rng(0)), "rng is only used for the xxhash algos with seed=None"),
     (lambda: VllmHasher(algo="xxhash", seed="0", rng=np.random.default_rng(0)), "rng is only used .* seed='0'"),
@@ -372,7 +372,7 @@ def test_xxhash_without_seed_or_rng_warns_at_the_caller(make: object) -> None:
     (lambda: VllmHasher().extra_keys(-1), "n_tokens must be an integer >= 0, got -1"),
     (lambda: VllmHasher().max_cache_hit_tokens(2.5), "n_tokens must be an integer >= 0, got 2.5"),
     (lambda: VllmHasher().extra_keys(16, RequestExtras(lora_path="/p")), "need a lora_name"),
-    (lambda: RequestExtras(lora_name=""), "lora_name must be a non-empty string or None, got ''"),
+    (lambda: RequestExtras(lora_name=""), "lora_name must be a non-empty str or None, got ''"),
     (lambda: VllmHasher().extra_keys(16, RequestExtras(prompt_embeds=np.full((16, 2), None))),
      "prompt_embeds must have a numeric dtype .* got dtype object"),
     (lambda: VllmHasher().extra_keys(16, RequestExtras(prompt_embeds=np.full((16, 2), "x"))), "numeric .* <U1"),

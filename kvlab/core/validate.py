@@ -23,18 +23,21 @@ U64_MAX = 2**64 - 1
 
 
 def _bound(value: int | float) -> str:
-    """``value`` for a message: ``2**k`` spelled out where it is one (minus one: a half-open range)."""
+    """``value`` for a message: ``2**k`` spelled out where it is one (minus one: a half-open
+    range), ``-2**k`` likewise."""
     if isinstance(value, int) and value > 2**15 and (value + 1) & value == 0:
         return f"2**{(value + 1).bit_length() - 1}"
+    if isinstance(value, int) and value < -(2**15) and -value & (-value - 1) == 0:
+        return f"-2**{(-value).bit_length() - 1}"
     return f"{value}"
 
 
 def _range(low: object, high: object, *, low_open: bool = False) -> str:
     if low is not None and high is not None:
         close = ")" if isinstance(high, int) and _bound(high).startswith("2**") else "]"
-        return f" in {'(' if low_open else '['}{low}, {_bound(high)}{close}"
+        return f" in {'(' if low_open else '['}{_bound(low)}, {_bound(high)}{close}"
     if low is not None:
-        return f" {'>' if low_open else '>='} {low}"
+        return f" {'>' if low_open else '>='} {_bound(low)}"
     if high is not None:
         return f" <= {high}"
     return ""

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from kvlab.hashing.base import check_u64
+from kvlab.core.validate import check_u64
 from kvlab.hashing.llmd_hash import check_key_counts, map_engine_to_request_keys
 from kvlab.index.types import (
     DEFAULT_TIER,

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvlab.hashing.base import U64_MASK, check_u64
+from kvlab.core.validate import check_u64
+from kvlab.hashing.base import U64_MASK
 
 #: ``key_type`` of :meth:`kvlab.index.Index.evict`: an engine key (from a KV event) or a request key.
 ENGINE_KEY, REQUEST_KEY = "engine", "request"
