@@ -15,8 +15,10 @@ from kvlab.core.validate import (
     check_int,
     check_positive,
     check_real,
+    check_rng,
     check_str,
     check_u64,
+    rng_from_seed,
 )
 
 
@@ -100,3 +102,16 @@ def test_check_int_accepts_exactly_the_range(value, low, high):
         assert inside
     except ValueError:
         assert not inside
+
+
+def test_rng_and_seed():
+    rng = np.random.default_rng(3)
+    assert check_rng("rng", rng) is rng and check_rng("rng", None, optional=True) is None
+    with pytest.raises(ValueError, match=r"^rng must be a numpy.random.Generator or None \(numpy.random.default_rng"
+                                         r"\(seed\)\), got 3$"):
+        check_rng("rng", 3, optional=True)
+    assert rng_from_seed("seed", rng) is rng
+    assert rng_from_seed("seed", np.uint8(5)).integers(1000) == np.random.default_rng(5).integers(1000)
+    for bad in (True, 1.0, -1, None):
+        with pytest.raises(ValueError, match=rf"^seed must be an integer >= 0 or a numpy.random.Generator, got {bad!r}$"):
+            rng_from_seed("seed", bad)

@@ -5,7 +5,9 @@ or raises ``ValueError`` naming the argument and the value. One answer everywher
 
 * an integer is a Python ``int`` or a numpy integer, never a ``bool``;
 * a flag is a Python ``bool`` or a ``numpy.bool_``, never ``0``/``1``;
-* a real is an integer or a float (Python or numpy), never a ``bool``; finite unless asked.
+* a real is an integer or a float (Python or numpy), never a ``bool``; finite unless asked;
+* randomness comes from a ``numpy.random.Generator`` (:func:`check_rng`), or from a seed
+  (an integer >= 0) that makes one (:func:`rng_from_seed`).
 
 Domain checks (a block owned by a pool, a well-formed trace row) stay beside their model and
 build on these.
@@ -179,3 +181,44 @@ def check_str(name: str, value: object, *, nonempty: bool = False, optional: boo
         kind = "a non-empty str" if nonempty else "a str"
         raise ValueError(f"{name} must be {kind}{' or None' if optional else ''}, got {value!r}")
     return value
+
+
+def check_rng(name: str, value: object, *, optional: bool = False) -> np.random.Generator | None:
+    """``value`` when it is a :class:`numpy.random.Generator`; ``None`` passes when ``optional``.
+
+    Raises:
+        ValueError: names ``name`` and the value (and how to make a generator).
+
+    Example:
+        >>> check_rng("rng", 42)
+        Traceback (most recent call last):
+        ValueError: rng must be a numpy.random.Generator (numpy.random.default_rng(seed)), got 42
+    """
+    if value is None and optional:
+        return None
+    if not isinstance(value, np.random.Generator):
+        none = " or None" if optional else ""
+        raise ValueError(f"{name} must be a numpy.random.Generator{none} (numpy.random.default_rng(seed)), "
+                         f"got {value!r}")
+    return value
+
+
+def rng_from_seed(name: str, seed: object) -> np.random.Generator:
+    """A generator from ``seed``: a :class:`numpy.random.Generator` is used as it is (its
+    state advances), an integer ``>= 0`` seeds a new one (``numpy.random.default_rng``).
+
+    Raises:
+        ValueError: names ``name`` and the value.
+
+    Example:
+        >>> float(rng_from_seed("seed", 7).random()) == float(np.random.default_rng(7).random())
+        True
+        >>> rng_from_seed("seed", -1)
+        Traceback (most recent call last):
+        ValueError: seed must be an integer >= 0 or a numpy.random.Generator, got -1
+    """
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"{name} must be an integer >= 0 or a numpy.random.Generator, got {seed!r}")
+    return np.random.default_rng(int(seed))
