@@ -25,23 +25,25 @@ U64_MAX = 2**64 - 1
 
 
 def _bound(value: int | float) -> str:
-    """``value`` for a message: ``2**k`` spelled out where it is one (minus one: a half-open
-    range), ``-2**k`` likewise."""
-    if isinstance(value, int) and value > 2**15 and (value + 1) & value == 0:
-        return f"2**{(value + 1).bit_length() - 1}"
-    if isinstance(value, int) and value < -(2**15) and -value & (-value - 1) == 0:
-        return f"-2**{(-value).bit_length() - 1}"
+    """``value`` for a message, a power of two beyond ``2**15`` spelled ``2**k`` (``-2**k``)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) > 2**15:
+        value = int(value)
+    magnitude = abs(value)
+    if isinstance(value, int) and magnitude > 2**15 and magnitude & (magnitude - 1) == 0:
+        return f"{'-' if value < 0 else ''}2**{magnitude.bit_length() - 1}"
     return f"{value}"
 
 
-def _range(low: object, high: object, *, low_open: bool = False) -> str:
+def _range(low: object, high: object, *, low_open: bool = False, high_open: bool = False) -> str:
+    """`` in [low, high]`` and the like; an integer ``high`` of ``2**k - 1`` reads ``2**k)``."""
+    if high is not None and not high_open and isinstance(high, int) and high > 2**15 and (high + 1) & high == 0:
+        high, high_open = high + 1, True
     if low is not None and high is not None:
-        close = ")" if isinstance(high, int) and _bound(high).startswith("2**") else "]"
-        return f" in {'(' if low_open else '['}{_bound(low)}, {_bound(high)}{close}"
+        return f" in {'(' if low_open else '['}{_bound(low)}, {_bound(high)}{')' if high_open else ']'}"
     if low is not None:
         return f" {'>' if low_open else '>='} {_bound(low)}"
     if high is not None:
-        return f" <= {high}"
+        return f" {'<' if high_open else '<='} {_bound(high)}"
     return ""
 
 
@@ -119,10 +121,11 @@ def check_flag(name: str, value: object) -> bool:
 
 
 def check_real(name: str, value: object, *, low: float | None = None, high: float | None = None,
-               low_open: bool = False, finite: bool = True, optional: bool = False) -> float | None:
+               low_open: bool = False, high_open: bool = False, finite: bool = True,
+               optional: bool = False) -> float | None:
     """``value`` as a ``float`` when it is a real number (numpy too, not a bool) within the bounds
-    (``low`` excluded when ``low_open``); finite unless ``finite=False``; ``None`` passes when
-    ``optional``.
+    (``low`` excluded when ``low_open``, ``high`` when ``high_open``); finite unless
+    ``finite=False``; ``None`` passes when ``optional``.
 
     Raises:
         ValueError: names ``name``, the range and the value (NaN always refused).
@@ -138,13 +141,18 @@ def check_real(name: str, value: object, *, low: float | None = None, high: floa
         return None
     ok = not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
     if ok:
-        v = float(value)
+        try:
+            v = float(value)
+        except OverflowError:  # an int beyond the float range
+            v = math.inf if value > 0 else -math.inf
         ok = not math.isnan(v) and (not finite or math.isfinite(v))
-        ok = ok and (low is None or (v > low if low_open else v >= low)) and (high is None or v <= high)
+        ok = (ok and (low is None or (v > low if low_open else v >= low))
+              and (high is None or (v < high if high_open else v <= high)))
     if not ok:
         kind = "a finite number" if finite else "a number"
         none = " or None" if optional else ""
-        raise ValueError(f"{name} must be {kind}{_range(low, high, low_open=low_open)}{none}, got {value!r}")
+        raise ValueError(f"{name} must be {kind}{_range(low, high, low_open=low_open, high_open=high_open)}{none}, "
+                         f"got {value!r}")
     return v
 
 
