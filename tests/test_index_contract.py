@@ -310,14 +310,14 @@ def test_a_tier_named_twice_is_refused_naming_it(index_factory):
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"pod": ""}, "PodEntry.pod must be a non-empty string, got ''"),
-    ({"pod": "p", "tier": ""}, "PodEntry.tier must be a non-empty string, got ''"),
+    ({"pod": ""}, "PodEntry.pod must be a non-empty str, got ''"),
+    ({"pod": "p", "tier": ""}, "PodEntry.tier must be a non-empty str, got ''"),
     ({"pod": "p", "speculative": 1}, "PodEntry.speculative must be a bool, got 1"),
-    ({"pod": "p", "group": -1}, "PodEntry.group must be None or an integer in [0, 2**64), got -1"),
-    ({"pod": "p", "group": 2**64}, "PodEntry.group must be None or an integer in [0, 2**64), got 18446744073709551616"),
-    ({"pod": "p", "group": 2**70}, "PodEntry.group must be None or an integer in [0, 2**64), got 1180591620717411303424"),
-    ({"pod": "p", "group": True}, "PodEntry.group must be None or an integer in [0, 2**64), got True"),
-    ({"pod": "p", "group": 1.0}, "PodEntry.group must be None or an integer in [0, 2**64), got 1.0"),
+    ({"pod": "p", "group": -1}, "PodEntry.group must be an integer in [0, 2**64) or None, got -1"),
+    ({"pod": "p", "group": 2**64}, "PodEntry.group must be an integer in [0, 2**64) or None, got 18446744073709551616"),
+    ({"pod": "p", "group": 2**70}, "PodEntry.group must be an integer in [0, 2**64) or None, got 1180591620717411303424"),
+    ({"pod": "p", "group": True}, "PodEntry.group must be an integer in [0, 2**64) or None, got True"),
+    ({"pod": "p", "group": 1.0}, "PodEntry.group must be an integer in [0, 2**64) or None, got 1.0"),
 ])
 def test_pod_entry_refuses_bad_fields_naming_them(kwargs, message):
     with pytest.raises(ValueError) as info:

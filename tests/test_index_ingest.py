@@ -365,7 +365,7 @@ def test_caller_mistakes_raise() -> None:
     ingestor = EventIngestor(InMemoryIndex())
     with pytest.raises(ValueError, match="index must be a kvlab.index.Index"):
         EventIngestor({})
-    with pytest.raises(ValueError, match="pod must be a non-empty string"):
+    with pytest.raises(ValueError, match="pod must be a non-empty str, got"):
         ingestor.ingest_batch("", 0, EventBatch(0.0, []))
     with pytest.raises(ValueError, match="seq must be an integer"):
         ingestor.ingest_batch("p", -1, EventBatch(0.0, []))

@@ -284,9 +284,9 @@ def test_a_passed_in_client_that_cannot_ping_raises_connection_error(fake_server
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"connect_timeout_s": 0}, "connect_timeout_s must be a finite number > 0, got 0"),
-    ({"connect_timeout_s": float("inf")}, "connect_timeout_s must be a finite number > 0, got inf"),
-    ({"connect_timeout_s": True}, "connect_timeout_s must be a finite number > 0, got True"),
+    ({"connect_timeout_s": 0}, "connect_timeout_s must be a finite number > 0.0, got 0"),
+    ({"connect_timeout_s": float("inf")}, "connect_timeout_s must be a finite number > 0.0, got inf"),
+    ({"connect_timeout_s": True}, "connect_timeout_s must be a finite number > 0.0, got True"),
     ({"url": "redis://h:abc"}, "url 'redis://h:abc': Port could not be cast to integer"),
 ])
 def test_bad_connection_arguments_raise_value_error(kwargs, message):

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvlab.core.validate import check_count, check_str
+from kvlab.core.validate import check_count, check_rng, check_str
 from kvlab.hashing.base import (
     BlockHasher,
     RequestExtras,
@@ -122,8 +122,7 @@ class VllmHasher(BlockHasher):
         self.algo = check_algo(algo)
         self.block_size = check_block_size(block_size)
         check_str("seed", seed, optional=True)  # PYTHONHASHSEED semantics
-        if rng is not None and not isinstance(rng, np.random.Generator):
-            raise ValueError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
+        check_rng("rng", rng, optional=True)
         if rng is not None and (seed is not None or algo not in _RANDOM_SEED_ALGOS):
             raise ValueError(f"rng is only used for the xxhash algos with seed=None, got rng={rng!r} with "
                              f"algo={algo!r}, seed={seed!r}")
