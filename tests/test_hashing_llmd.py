@@ -113,10 +113,17 @@ def test_two_model_names_share_no_key() -> None:
     assert len(a) == len(b) == 4 and not set(a) & set(b)
 
 
-def test_two_instances_same_model_and_seed_agree() -> None:
-    make = lambda: LlmdHasher(block_size=16, hash_seed="42", model_name="m")  # noqa: E731
-    assert make().block_hashes(TOKENS) == make().block_hashes(TOKENS)
-    assert make().block_keys(TOKENS).tolist() == make().block_hashes(TOKENS)
+def test_a_seeded_hasher_gives_the_vector_keys_in_every_instance_and_form() -> None:
+    """Keys depend on the seed, model and tokens only: each new instance (after another seed and
+    model were hashed) gives the golden keys, as ints and as the u64 array."""
+    case = next(c for c in KEY_CASES if c["name"] == "two_blocks_plus_partial_seeded")
+    want = case["expected"]["block_keys_u64"]
+    assert case["params"]["hash_seed"] == "test-seed" and len(want) == 2
+    for _ in range(2):
+        LlmdHasher(block_size=16, hash_seed="other", model_name="m").block_hashes(case["token_ids"])
+        hasher = hasher_for(case)
+        assert hasher.block_hashes(case["token_ids"]) == want
+        assert hasher.block_keys(case["token_ids"]).tolist() == want
 
 
 def test_seed_changes_every_key() -> None:
