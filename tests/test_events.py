@@ -260,8 +260,8 @@ def stored_events(draw: st.DrawFn) -> BlockStored:
         draw(st.none() | st.lists(TOKENS, max_size=4)))
 
 
-REMOVED = st.builds(BlockRemoved, st.lists(INT_HASHES, max_size=4) | st.lists(BYTES_HASHES, max_size=4), OPT_STR, st.none() | st.integers(0, 2**64 - 1),
-                    OPT_STR, OPT_STR)
+REMOVED = st.builds(BlockRemoved, st.lists(INT_HASHES, max_size=4) | st.lists(BYTES_HASHES, max_size=4), OPT_STR,
+                    st.none() | st.integers(0, 2**64 - 1), OPT_STR, OPT_STR)
 EVENTS = st.one_of(stored_events(), REMOVED, st.just(AllBlocksCleared()))
 BATCHES = st.builds(EventBatch, st.floats(0, 4e9), st.lists(EVENTS, max_size=5),
                     st.none() | st.integers(0, 2**64 - 1))
@@ -389,8 +389,10 @@ BAD_EVENTS = [
      "extra_keys[0][0] must be None, bool, int, float, str, bytes or a tuple of them, got dict"),
     ("medium int", lambda: replace(STORED, medium=5), "medium must be a str or None, got 5"),
     ("session bytes", lambda: replace(STORED, session_id=b"s"), "session_id must be a str or None, got b's'"),
-    ("group_idx -1", lambda: BlockRemoved([1], None, group_idx=-1), "group_idx must be an integer in [0, 2**64) or None, got -1"),
-    ("lora_id str", lambda: replace(STORED, lora_id="3"), "lora_id must be an integer in [-2**63, 2**64) or None, got '3'"),
+    ("group_idx -1", lambda: BlockRemoved([1], None, group_idx=-1),
+     "group_idx must be an integer in [0, 2**64) or None, got -1"),
+    ("lora_id str", lambda: replace(STORED, lora_id="3"),
+     "lora_id must be an integer in [-2**63, 2**64) or None, got '3'"),
     ("window 0", lambda: replace(STORED, kv_cache_spec_sliding_window=0), "kv_cache_spec_sliding_window must be"),
     ("lookahead", lambda: replace(STORED, lookahead_token_ids=[1.0]), "lookahead_token_ids[0] must be an integer"),
     ("ts nan", lambda: EventBatch(math.nan, []), "ts must be a finite number in [0.0, 2**64), got nan"),
@@ -489,8 +491,10 @@ BAD_MESSAGES = [
     ("two frames", GOOD[:2], "expected 3 frames [topic, seq, payload], got 2", None),
     ("four frames", [*GOOD, b""], "expected 3 frames [topic, seq, payload], got 4", None),
     ("not a sequence", GOOD[2], "expected 3 frames [topic, seq, payload], got bytes", None),
-    ("str frame", ["", *GOOD[1:]], "frame 0 (topic) must be bytes, bytearray, memoryview or a zmq.Frame (with .bytes), got str", None),
-    ("int frame", [b"", 0, GOOD[2]], "frame 1 (seq) must be bytes, bytearray, memoryview or a zmq.Frame (with .bytes), got int", None),
+    ("str frame", ["", *GOOD[1:]],
+     "frame 0 (topic) must be bytes, bytearray, memoryview or a zmq.Frame (with .bytes), got str", None),
+    ("int frame", [b"", 0, GOOD[2]],
+     "frame 1 (seq) must be bytes, bytearray, memoryview or a zmq.Frame (with .bytes), got int", None),
     ("topic not UTF-8", [b"\xff", *GOOD[1:]], "frame 0 (topic) is not UTF-8", None),
     ("seq 7 bytes", [b"", bytes(7), GOOD[2]], "frame 1 (seq) must be 8 bytes (big-endian), got 7", None),
     ("seq 4 bytes", [b"", bytes(4), GOOD[2]], "frame 1 (seq) must be 8 bytes (big-endian), got 4", None),
@@ -530,8 +534,8 @@ BAD_MESSAGES = [
     ("events not array", frames_with_payload([1.0, 5, 0]), "EventBatch.events must be an array, got int 5", None),
     ("ts str", frames_with_payload(["1.0", [], 0]),
      "EventBatch: ts must be a finite number in [0.0, 2**64), got '1.0'", None),
-    ("rank negative", frames_with_payload([1.0, [], -1]), "EventBatch: data_parallel_rank must be an integer in [0, 2**64) or None, got -1",
-     None),
+    ("rank negative", frames_with_payload([1.0, [], -1]),
+     "EventBatch: data_parallel_rank must be an integer in [0, 2**64) or None, got -1", None),
     ("event int", payload_with(7), "event 0: an event must be a map or an array, got int 7", 0),
     ("unknown type", payload_with({"type": "BlockMoved"}),
      "event 0: unknown event type 'BlockMoved' (known: BlockStored, BlockRemoved, AllBlocksCleared)", 0),

@@ -79,7 +79,8 @@ def stored(draw: st.DrawFn) -> BlockStored:
     block_size = draw(st.integers(1, 4))
     tokens = draw(st.just([]) | st.lists(st.integers(0, 2**32), min_size=len(hashes) * block_size,
                                          max_size=len(hashes) * block_size))
-    return BlockStored(hashes, None, tokens, block_size, None, draw(MEDIUM), None, group_idx=draw(st.none() | st.just(0)))
+    return BlockStored(hashes, None, tokens, block_size, None, draw(MEDIUM), None,
+                       group_idx=draw(st.none() | st.just(0)))
 
 
 EVENTS = stored() | st.builds(BlockRemoved, HASHES, MEDIUM) | st.builds(AllBlocksCleared, MEDIUM)
@@ -283,7 +284,8 @@ def stored_with(**changes: object) -> list[dict]:
     (msg(data_parallel_rank=-1), "messages[1].data_parallel_rank must be an integer in [0, 2**64) or None, "
                                  "got -1"),
     (msg(events={}), "messages[1].events must be a list, got dict {}"),
-    (msg(events=[["BlockRemoved"]]), "messages[1].events[0] must be an object with a 'type', got list ['BlockRemoved']"),
+    (msg(events=[["BlockRemoved"]]),
+     "messages[1].events[0] must be an object with a 'type', got list ['BlockRemoved']"),
     (msg(events=[{"type": "BlockMoved"}]), "messages[1].events[0].type must be one of BlockStored, BlockRemoved, "
                                           "AllBlocksCleared, got 'BlockMoved'"),
     (msg(events=[{"type": "AllBlocksCleared", "tier": "CPU"}]),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvlab.hashing import RequestExtras, MMItem, sim
+from kvlab.hashing import MMItem, RequestExtras, sim
 from kvlab.hashing.base import as_token_array, check_block_size, resolve_extras
 
 

@@ -386,10 +386,12 @@ def test_xxhash_without_seed_or_rng_warns_at_the_caller(make: object) -> None:
 
 
 @pytest.mark.parametrize(("make", "message"), [
-    (lambda: VllmHasher(algo="md5"), r"algo must be one of \('sha256', 'sha256_cbor', 'xxhash', 'xxhash_cbor'\), got 'md5'"),
+    (lambda: VllmHasher(algo="md5"),
+     r"algo must be one of \('sha256', 'sha256_cbor', 'xxhash', 'xxhash_cbor'\), got 'md5'"),
     (lambda: VllmHasher(block_size=0), "block_size must be an integer >= 1, got 0"),
     (lambda: VllmHasher(seed=42), "seed must be a str or None, got 42"),
-    (lambda: VllmHasher(rng=42), r"rng must be a numpy.random.Generator or None \(numpy.random.default_rng\(seed\)\), got 42"),
+    (lambda: VllmHasher(rng=42),
+     r"rng must be a numpy.random.Generator or None \(numpy.random.default_rng\(seed\)\), got 42"),
     (lambda: VllmHasher(rng=np.random.default_rng(0)), "rng is only used for the xxhash algos with seed=None"),
     (lambda: VllmHasher(algo="xxhash", seed="0", rng=np.random.default_rng(0)), "rng is only used .* seed='0'"),
     (lambda: VllmHasher().block_hashes([1, -2, 3]), "token_ids must be >= 0, got -2"),

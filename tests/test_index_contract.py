@@ -307,7 +307,8 @@ def test_a_tier_named_twice_is_refused_naming_it(index_factory):
     ({"pod": "p", "speculative": 1}, "PodEntry.speculative must be a bool, got 1"),
     ({"pod": "p", "group": -1}, "PodEntry.group must be an integer in [0, 2**64) or None, got -1"),
     ({"pod": "p", "group": 2**64}, "PodEntry.group must be an integer in [0, 2**64) or None, got 18446744073709551616"),
-    ({"pod": "p", "group": 2**70}, "PodEntry.group must be an integer in [0, 2**64) or None, got 1180591620717411303424"),
+    ({"pod": "p", "group": 2**70},
+     "PodEntry.group must be an integer in [0, 2**64) or None, got 1180591620717411303424"),
     ({"pod": "p", "group": True}, "PodEntry.group must be an integer in [0, 2**64) or None, got True"),
     ({"pod": "p", "group": 1.0}, "PodEntry.group must be an integer in [0, 2**64) or None, got 1.0"),
 ])
@@ -366,7 +367,7 @@ class FlatReference:
         self.data: dict[int, set[PodEntry]] = {}
         self.engine: dict[int, dict[int, int]] = {}
 
-    def add(self, engine_keys, request_keys, entries, parent) -> bool:
+    def add(self, engine_keys, request_keys, entries, parent) -> bool:  # noqa: ARG002 - the Index contract's signature
         if engine_keys is not None:
             n = max(len(engine_keys), len(request_keys))
             for i in range(n):
@@ -502,7 +503,8 @@ def apply_op(op: tuple, index: Index, flat: FlatReference, cascade: CascadeRefer
     if op[0] == "evict_engine":
         key, key_type, entries = op[1], "engine", [VARIANTS[op[3]](PODS[op[2]])]
     else:
-        held = sorted(((k, e) for k, es in flat.data.items() for e in es), key=lambda ke: (ke[0], entry_sort_key(ke[1])))
+        held = sorted(((k, e) for k, es in flat.data.items() for e in es),
+                      key=lambda ke: (ke[0], entry_sort_key(ke[1])))
         if not held:
             return
         key, entry = held[op[1] % len(held)]

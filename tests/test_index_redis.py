@@ -226,8 +226,8 @@ def test_no_server_raises_connection_error_naming_the_url():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    with pytest.raises(ConnectionError, match=rf"^cannot reach a Redis server at redis://127\.0\.0\.1:{port}: the connection failed "
-                                                rf"\(ConnectionError: .*refused.*redis-server --port"):
+    with pytest.raises(ConnectionError, match=rf"^cannot reach a Redis server at redis://127\.0\.0\.1:{port}: the "
+                                              rf"connection failed \(ConnectionError: .*refused.*redis-server --port"):
         RedisIndex(f"127.0.0.1:{port}")
 
 

@@ -24,7 +24,7 @@ import heapq
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 
-from kvlab.core.validate import check_real, check_str, check_u64
+from kvlab.core.validate import check_choice, check_real, check_str, check_u64
 from kvlab.hashing.llmd_hash import check_key_counts, map_engine_to_request_keys
 from kvlab.index.types import (
     DEFAULT_TIER,
@@ -89,7 +89,8 @@ class Index(ABC):
         >>> index = InMemoryIndex()
         >>> index.add([100, 200], [1000, 2000], [PodEntry("pod-a")])
         >>> index.lookup([1000, 2000, 3000])
-        {1000: (PodEntry(pod='pod-a', tier='gpu', speculative=False, group=None),), 2000: (PodEntry(pod='pod-a', tier='gpu', speculative=False, group=None),)}
+        {1000: (PodEntry(pod='pod-a', tier='gpu', speculative=False, group=None),),
+         2000: (PodEntry(pod='pod-a', tier='gpu', speculative=False, group=None),)}
         >>> index.evict(200, "engine", [PodEntry("pod-a")])
         >>> list(index.lookup([1000, 2000])), index.get_request_key(200)
         ([1000], None)
@@ -158,8 +159,7 @@ class Index(ABC):
                 non-string, an unknown ``stop``.
         """
         keys = check_keys("request_keys", request_keys)
-        if stop not in LOOKUP_STOPS:
-            raise ValueError(f"stop must be one of {LOOKUP_STOPS}, got {stop!r}")
+        check_choice("stop", stop, LOOKUP_STOPS)
         return self._lookup(keys, _check_pods(pods), stop == "first_miss")
 
     def evict(self, key: int, key_type: str, entries: Sequence[PodEntry]) -> None:
@@ -174,8 +174,7 @@ class Index(ABC):
             ValueError: a bad key, an unknown ``key_type``, empty ``entries``, an unknown tier.
         """
         key = check_u64("key", key)
-        if key_type not in KEY_TYPES:
-            raise ValueError(f"key_type must be one of {KEY_TYPES}, got {key_type!r}")
+        check_choice("key_type", key_type, KEY_TYPES)
         self._evict(key, key_type, check_entries(entries, self.tiers))
 
     def clear(self, pod: str, tier: str | None = None) -> None:

@@ -79,7 +79,7 @@ class InMemoryIndex(Index):
         self._engine: OrderedDict[int, dict[int, int]] = OrderedDict()
 
     def _add(self, triples: list[tuple[int, int, int]] | None, request_keys: list[int], entries: list[PodEntry],
-             parent: int | None) -> None:
+             parent: int | None) -> None:  # noqa: ARG002 - the Index contract's signature; a flat index keeps no parents
         data, engine, cached = self._data, self._engine, self._sorted
         for engine_key, request_key, position in triples or ():
             positions = engine.get(engine_key)

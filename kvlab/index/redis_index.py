@@ -286,7 +286,7 @@ class RedisIndex(Index):
 
     # ---- backend primitives -------------------------------------------------------------
     def _add(self, triples: list[tuple[int, int, int]] | None, request_keys: list[int], entries: list[PodEntry],
-             parent: int | None) -> None:
+             parent: int | None) -> None:  # noqa: ARG002 - the Index contract's signature; a flat index keeps no parents
         fields = dict.fromkeys((entry.to_json() for entry in entries), "")
         pipe = self.client.pipeline(transaction=True)
         for key in request_keys:

@@ -30,7 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from kvlab.core.validate import check_count, check_real, check_rng
+from kvlab.core.validate import check_choice, check_count, check_real, check_rng
 from kvlab.hashing.base import BlockHasher, as_u32_tokens
 from kvlab.index.base import Index
 from kvlab.index.select import (
@@ -240,7 +240,7 @@ class LongestPrefixScorer(Scorer):
                              for tier, value in weights.items()}
 
     def score_lookup(self, request_keys: Sequence[int], hits: Hits, pods: Sequence[str] | None = None,
-                     loads: Mapping[str, PodLoad] | None = None) -> dict[str, float]:
+                     loads: Mapping[str, PodLoad] | None = None) -> dict[str, float]:  # noqa: ARG002 - the Scorer contract's signature; this scorer ignores load
         """Weighted consecutive-prefix scores (``loads`` unused)."""
         return prefix_weights(request_keys, hits, lambda entry: self.tier_weights.get(entry.tier, 1.0), pods)
 
@@ -265,7 +265,7 @@ class MaxPrefixScorer(Scorer):
     lookup_stop = "never"
 
     def score_lookup(self, request_keys: Sequence[int], hits: Hits, pods: Sequence[str] | None = None,
-                     loads: Mapping[str, PodLoad] | None = None) -> dict[str, float]:
+                     loads: Mapping[str, PodLoad] | None = None) -> dict[str, float]:  # noqa: ARG002 - the Scorer contract's signature; this scorer ignores load
         """Matched fractions of every candidate (``loads`` unused)."""
         keep = None if pods is None else set(pods) or None
         candidates = {entry.pod for key in request_keys for entry in hits.get(key, ())
@@ -377,17 +377,13 @@ class CacheAwareScorer(Scorer):
 
     def __init__(self, cache_threshold: float = 0.3, balance_abs_threshold: float = 64,
                  balance_rel_threshold: float = 1.5, fallback: str = "smallest_tree") -> None:
-        self.cache_threshold = check_real("cache_threshold", cache_threshold, low=0.0)
-        if self.cache_threshold > 1:
-            raise ValueError(f"cache_threshold must be in [0, 1], got {cache_threshold!r}")
+        self.cache_threshold = check_real("cache_threshold", cache_threshold, low=0.0, high=1.0)
         self.balance_abs_threshold = check_real("balance_abs_threshold", balance_abs_threshold, low=0.0)
         self.balance_rel_threshold = check_real("balance_rel_threshold", balance_rel_threshold, low=0.0)
-        if fallback not in CACHE_AWARE_FALLBACKS:
-            raise ValueError(f"fallback must be one of {CACHE_AWARE_FALLBACKS}, got {fallback!r}")
-        self.fallback = fallback
+        self.fallback = check_choice("fallback", fallback, CACHE_AWARE_FALLBACKS)
 
     def score_lookup(self, request_keys: Sequence[int], hits: Hits, pods: Sequence[str] | None = None,
-                     loads: Mapping[str, PodLoad] | None = None) -> dict[str, float]:
+                     loads: Mapping[str, PodLoad] | None = None) -> dict[str, float]:  # noqa: ARG002 - the Scorer contract's signature; this scorer ignores load
         """Match rates of the pods holding key 0 (``loads`` unused)."""
         matched = prefix_weights(request_keys, hits, _count, pods)
         return {pod: blocks / len(request_keys) for pod, blocks in matched.items()}
