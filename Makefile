@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_index.py --out out/bench/bench_index.json
 	$(BIN)/python benchmarks/bench_blend.py --out out/bench/bench_blend.json
 	$(BIN)/python benchmarks/bench_tiers.py --out out/bench/bench_tiers.json
+	$(BIN)/python benchmarks/bench_import.py --out out/bench/bench_import.json
 
 ## make lab — JupyterLab on the notebooks
 lab: $(STAMP)
