@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-from conftest import chained_traces
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import chained_traces
 from kvlab.hashing.sim_hash import SimHasher, chain_u64
 from kvlab.sim import replay
 from kvlab.traces import Trace

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from conftest import make_trace
 
+from conftest import make_trace
 from kvlab.traces import Trace
 
 
