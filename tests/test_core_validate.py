@@ -121,7 +121,7 @@ def test_rng_and_seed():
 @pytest.mark.parametrize(("check", "message"), [
     (lambda: check_int("k", -1, low=-(2**63), high=2**64 - 1), None),
     (lambda: check_int("k", 2**64, low=-(2**63), high=2**64 - 1), "k must be an integer in [-2**63, 2**64), got "),
-    (lambda: check_int("k", 2**40, low=0, high=2**32), "k must be an integer in [0, 2**32], got "),
+    (lambda: check_int("k", 2**40, low=0, high=2**32), "k must be an integer in [0, 4294967296], got "),
     (lambda: check_int("k", 2**40, high=2**32 - 1), "k must be an integer < 2**32, got "),
     (lambda: check_real("ts", 2.0**64, low=0.0, high=2.0**64, high_open=True),
      "ts must be a finite number in [0.0, 2**64), got "),

@@ -25,25 +25,27 @@ U64_MAX = 2**64 - 1
 
 
 def _bound(value: int | float) -> str:
-    """``value`` for a message, a power of two beyond ``2**15`` spelled ``2**k`` (``-2**k``)."""
-    if isinstance(value, float) and value.is_integer() and abs(value) > 2**15:
-        value = int(value)
-    magnitude = abs(value)
-    if isinstance(value, int) and magnitude > 2**15 and magnitude & (magnitude - 1) == 0:
-        return f"{'-' if value < 0 else ''}2**{magnitude.bit_length() - 1}"
+    """``value`` for a message; ``-2**k`` and a float ``2.0**k`` beyond ``2**15`` read as powers of two."""
+    whole = int(value) if isinstance(value, float) and value.is_integer() else value
+    if (isinstance(whole, int) and (whole < 0 or isinstance(value, float)) and abs(whole) > 2**15
+            and abs(whole) & (abs(whole) - 1) == 0):
+        return f"{'-' if whole < 0 else ''}2**{abs(whole).bit_length() - 1}"
     return f"{value}"
 
 
 def _range(low: object, high: object, *, low_open: bool = False, high_open: bool = False) -> str:
-    """`` in [low, high]`` and the like; an integer ``high`` of ``2**k - 1`` reads ``2**k)``."""
+    """`` in [low, high]`` and the like; an integer ``high`` of ``2**k - 1`` (k > 15) reads ``2**k)``."""
     if high is not None and not high_open and isinstance(high, int) and high > 2**15 and (high + 1) & high == 0:
-        high, high_open = high + 1, True
+        top = f"2**{(high + 1).bit_length() - 1}"
+        high_open = True
+    else:
+        top = None if high is None else _bound(high)
     if low is not None and high is not None:
-        return f" in {'(' if low_open else '['}{_bound(low)}, {_bound(high)}{')' if high_open else ']'}"
+        return f" in {'(' if low_open else '['}{_bound(low)}, {top}{')' if high_open else ']'}"
     if low is not None:
         return f" {'>' if low_open else '>='} {_bound(low)}"
     if high is not None:
-        return f" {'<' if high_open else '<='} {_bound(high)}"
+        return f" {'<' if high_open else '<='} {top}"
     return ""
 
 
