@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lab clean redis-server
+.PHONY: demo test lint bench lab clean redis-server
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,12 @@ redis-server:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server; }
 
-## make test — unit, property, golden and doctest suites plus every notebook (smoke mode)
-test: $(STAMP) redis-server
+## make lint — ruff (rules in pyproject.toml [tool.ruff]) on the package, the tests and the benchmarks
+lint: $(STAMP)
+	$(BIN)/ruff check kvlab tests benchmarks
+
+## make test — lint first, then unit, property, golden and doctest suites plus every notebook (smoke mode)
+test: lint $(STAMP) redis-server
 	KVLAB_SMOKE=1 $(BIN)/python -m pytest -q --nbmake --nbmake-timeout=300 tests kvlab notebooks
 
 ## make bench — speed measured against the named anchors; JSON in out/bench/ (recorded runs: benchmarks/results/)
@@ -40,10 +44,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_index.py --out out/bench/bench_index.json
 	$(BIN)/python benchmarks/bench_blend.py --out out/bench/bench_blend.json
 	$(BIN)/python benchmarks/bench_tiers.py --out out/bench/bench_tiers.json
+	$(BIN)/python benchmarks/bench_import.py --out out/bench/bench_import.json
 
 ## make lab — JupyterLab on the notebooks
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks
 
 clean:
-	rm -rf $(VENV) out .hypothesis
+	rm -rf $(VENV) out .hypothesis .ruff_cache

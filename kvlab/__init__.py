@@ -1,20 +1,10 @@
 """kvlab — a Jupyter-first lab for KV-cache management in LLM serving.
 
-Layers (one concern per package; a layer imports only layers above it, and only
-``viz``, ``ui`` and ``cli`` import altair or ipywidgets):
+The packages, their layer order and what each owns: ``docs/DESIGN.md`` (Layers).
 
-=================  =====================================================================
-package            owns
-=================  =====================================================================
-``kvlab.hashing``  tokens → chained block keys, one profile per engine
-``kvlab.traces``   real and synthetic workloads as a :class:`~kvlab.traces.Trace`
-``kvlab.policies`` eviction policies as small plug-ins (reference class + numba hooks)
-``kvlab.events``   KV events and vLLM's ZMQ wire codec
-``kvlab.sim``      cache-level replay (numba kernels), capacity sweeps
-``kvlab.viz``      altair chart builders: polars frame in, chart out
-``kvlab.ui``       ipywidgets panels composing ``sim`` and ``viz``
-``kvlab.cli``      the ``kvlab`` command
-=================  =====================================================================
+``import kvlab`` imports nothing else (PEP 562): a name below, or a package
+(``kvlab.sim``, ``kvlab.viz`` ...), is imported on first use, so the command line and a
+notebook pay only for what they touch.
 
 Example:
     >>> import kvlab
@@ -26,21 +16,48 @@ Example:
 
 __version__ = "0.6.0"
 
-from kvlab.paths import bundled_trace_path, data_dir  # noqa: E402 - __version__ first, for kvlab.cli
-from kvlab.core import RunResult  # noqa: E402
-from kvlab.sim import ReplayConfig, mrc, replay, sweep  # noqa: E402
-from kvlab.traces import Trace, TraceFormatError, load_mooncake, load_trace  # noqa: E402
+#: Names of the front door -> the module each is taken from (on first use).
+_EXPORTS = {
+    "ReplayConfig": "kvlab.sim",
+    "RunResult": "kvlab.core",
+    "Trace": "kvlab.traces",
+    "TraceFormatError": "kvlab.traces",
+    "bundled_trace_path": "kvlab.paths",
+    "data_dir": "kvlab.paths",
+    "load_mooncake": "kvlab.traces",
+    "load_trace": "kvlab.traces",
+    "mrc": "kvlab.sim",
+    "replay": "kvlab.sim",
+    "sweep": "kvlab.sim",
+}
 
-__all__ = [
-    "ReplayConfig",
-    "RunResult",
-    "Trace",
-    "TraceFormatError",
-    "bundled_trace_path",
-    "data_dir",
-    "load_mooncake",
-    "load_trace",
-    "mrc",
-    "replay",
-    "sweep",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def _submodules() -> set[str]:
+    """The packages and modules of kvlab (``sim``, ``viz``, ``paths`` ...), read from its folder."""
+    import pkgutil
+
+    return {info.name for info in pkgutil.iter_modules(__path__)}
+
+
+def __getattr__(name: str) -> object:
+    """Import a front-door name or a subpackage on first use (PEP 562).
+
+    Raises:
+        AttributeError: ``name`` is neither.
+    """
+    import importlib
+
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif name in _submodules():
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS, *_submodules()})

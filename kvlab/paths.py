@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kvlab.core.validate import check_choice
+
 #: Bundled real traces by short name → path relative to the data folder.
 BUNDLED_TRACES: dict[str, str] = {
     "conversation": "traces/mooncake/conversation_trace.jsonl",
@@ -42,9 +44,7 @@ def bundled_trace_path(name: str) -> Path:
         ValueError: ``name`` is not a bundled trace (the message lists the known names).
         FileNotFoundError: the data folder or the file is missing.
     """
-    if name not in BUNDLED_TRACES:
-        raise ValueError(f"unknown bundled trace {name!r}; known: {sorted(BUNDLED_TRACES)}")
-    path = data_dir() / BUNDLED_TRACES[name]
+    path = data_dir() / BUNDLED_TRACES[check_choice("bundled trace", name, sorted(BUNDLED_TRACES))]
     if not path.is_file():
         raise FileNotFoundError(f"bundled trace {name!r} missing at {path}")
     return path

@@ -15,8 +15,10 @@ from kvlab.core.validate import (
     check_int,
     check_positive,
     check_real,
+    check_rng,
     check_str,
     check_u64,
+    rng_from_seed,
 )
 
 
@@ -100,3 +102,36 @@ def test_check_int_accepts_exactly_the_range(value, low, high):
         assert inside
     except ValueError:
         assert not inside
+
+
+def test_rng_and_seed():
+    rng = np.random.default_rng(3)
+    assert check_rng("rng", rng) is rng and check_rng("rng", None, optional=True) is None
+    with pytest.raises(ValueError, match=r"^rng must be a numpy.random.Generator or None \(numpy.random.default_rng"
+                                         r"\(seed\)\), got 3$"):
+        check_rng("rng", 3, optional=True)
+    assert rng_from_seed("seed", rng) is rng
+    assert rng_from_seed("seed", np.uint8(5)).integers(1000) == np.random.default_rng(5).integers(1000)
+    for bad in (True, 1.0, -1, None):
+        with pytest.raises(ValueError, match=rf"^seed must be an integer >= 0 or a numpy.random.Generator, "
+                                             rf"got {bad!r}$"):
+            rng_from_seed("seed", bad)
+
+
+@pytest.mark.parametrize(("check", "message"), [
+    (lambda: check_int("k", -1, low=-(2**63), high=2**64 - 1), None),
+    (lambda: check_int("k", 2**64, low=-(2**63), high=2**64 - 1), "k must be an integer in [-2**63, 2**64), got "),
+    (lambda: check_int("k", 2**40, low=0, high=2**32), "k must be an integer in [0, 4294967296], got "),
+    (lambda: check_int("k", 2**40, high=2**32 - 1), "k must be an integer < 2**32, got "),
+    (lambda: check_real("ts", 2.0**64, low=0.0, high=2.0**64, high_open=True),
+     "ts must be a finite number in [0.0, 2**64), got "),
+    (lambda: check_real("ts", 10**400, low=0.0), "ts must be a finite number >= 0.0, got 1000"),
+    (lambda: check_real("x", 1.0, high=1.0, high_open=True), "x must be a finite number < 1.0, got 1.0"),
+])
+def test_bounds_read_as_written(check, message):
+    if message is None:
+        assert check() == -1
+        return
+    with pytest.raises(ValueError) as err:
+        check()
+    assert str(err.value).startswith(message)

@@ -79,7 +79,8 @@ def stored(draw: st.DrawFn) -> BlockStored:
     block_size = draw(st.integers(1, 4))
     tokens = draw(st.just([]) | st.lists(st.integers(0, 2**32), min_size=len(hashes) * block_size,
                                          max_size=len(hashes) * block_size))
-    return BlockStored(hashes, None, tokens, block_size, None, draw(MEDIUM), None, group_idx=draw(st.none() | st.just(0)))
+    return BlockStored(hashes, None, tokens, block_size, None, draw(MEDIUM), None,
+                       group_idx=draw(st.none() | st.just(0)))
 
 
 EVENTS = stored() | st.builds(BlockRemoved, HASHES, MEDIUM) | st.builds(AllBlocksCleared, MEDIUM)
@@ -279,11 +280,12 @@ def stored_with(**changes: object) -> list[dict]:
                     "got ''"),
     (msg(seq=-1), "messages[1].seq must be an integer in [0, 2**64), got -1"),
     (msg(seq=True), "messages[1].seq must be an integer in [0, 2**64), got True"),
-    (msg(ts=-2), "messages[1].ts must be a finite number in [0, 2**64) (seconds since the epoch), got -2"),
-    (msg(data_parallel_rank=-1), "messages[1].data_parallel_rank must be None or an integer >= 0 (and < 2**64), "
+    (msg(ts=-2), "messages[1].ts must be a finite number in [0.0, 2**64), got -2"),
+    (msg(data_parallel_rank=-1), "messages[1].data_parallel_rank must be an integer in [0, 2**64) or None, "
                                  "got -1"),
     (msg(events={}), "messages[1].events must be a list, got dict {}"),
-    (msg(events=[["BlockRemoved"]]), "messages[1].events[0] must be an object with a 'type', got list ['BlockRemoved']"),
+    (msg(events=[["BlockRemoved"]]),
+     "messages[1].events[0] must be an object with a 'type', got list ['BlockRemoved']"),
     (msg(events=[{"type": "BlockMoved"}]), "messages[1].events[0].type must be one of BlockStored, BlockRemoved, "
                                           "AllBlocksCleared, got 'BlockMoved'"),
     (msg(events=[{"type": "AllBlocksCleared", "tier": "CPU"}]),
@@ -308,7 +310,7 @@ def stored_with(**changes: object) -> list[dict]:
     (stored_with(block_hashes=[1, {"bytes_hex": "0102"}]),
      "messages[1].events[1].block_hashes mixes integer and bytes hashes: block_hashes[1] is bytes b'\\x01\\x02' but "
      "block_hashes[0] is an integer 1; an event's hashes are all ints or all digest bytes"),
-    (stored_with(medium=3), "messages[1].events[1].medium must be None or a string, got int 3"),
+    (stored_with(medium=3), "messages[1].events[1].medium must be a str or None, got 3"),
 ])
 def test_description_errors_name_the_json_path_and_value(description: object, message: str) -> None:
     with pytest.raises(ValueError) as info:

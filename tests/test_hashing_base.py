@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvlab.hashing import RequestExtras, MMItem, sim
+from kvlab.hashing import MMItem, RequestExtras, sim
 from kvlab.hashing.base import as_token_array, check_block_size, resolve_extras
 
 
@@ -15,7 +15,7 @@ def test_mm_item_numpy_integers_become_python_ints() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"identifier": "  ", "offset": 0, "length": 1}, "identifier must be a non-blank string"),
+    ({"identifier": "  ", "offset": 0, "length": 1}, "identifier must not be blank, got '  '"),
     ({"identifier": "x", "offset": -1, "length": 1}, "offset must be an integer >= 0, got -1"),
     ({"identifier": "x", "offset": 0, "length": 0}, "length must be an integer >= 1, got 0"),
     ({"identifier": "x", "offset": 1.0, "length": 1}, "offset must be an integer >= 0, got 1.0"),
@@ -26,11 +26,11 @@ def test_bad_mm_items(kwargs, message) -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"lora_name": ""}, "lora_name must be a non-empty string or None, got ''"),
-    ({"lora_name": "a", "lora_path": ""}, "lora_path must be a non-empty string or None"),
+    ({"lora_name": ""}, "lora_name must be a non-empty str or None, got ''"),
+    ({"lora_name": "a", "lora_path": ""}, "lora_path must be a non-empty str or None, got ''"),
     ({"lora_path": "/p"}, "lora_path / lora_identity need a lora_name"),
     ({"lora_identity": "d"}, "lora_path / lora_identity need a lora_name"),
-    ({"lora_name": 5}, "lora_name must be a string or None, got 5"),
+    ({"lora_name": 5}, "lora_name must be a non-empty str or None, got 5"),
     ({"mm_items": 5}, "mm_items must be a sequence of MMItem, got 5"),
     ({"mm_items": MMItem("a", 0, 1)}, "mm_items must be a sequence of MMItem"),
     ({"mm_items": ["a"]}, "mm_items must be MMItem values"),
@@ -64,11 +64,11 @@ def test_resolve_extras() -> None:
 def test_token_arrays() -> None:
     assert as_token_array([2**63, 1]).dtype == np.uint64
     assert as_token_array(np.array([1, 2], dtype=np.uint8)).dtype == np.int64
-    for bad, message in [([2**64], r"must be in \[0, 2\*\*64\), got 18446744073709551616 at position 0"),
-                         ([1, 2.5], "must be integers, got 2.5 at position 1"),
+    for bad, message in [([2**64], r"token_ids\[0\] must be an integer in \[0, 2\*\*64\), got 18446744073709551616"),
+                         ([1, 2.5], r"token_ids\[1\] must be an integer in \[0, 2\*\*64\), got 2.5"),
                          ([True, False], "must be integers"), (np.array([1.0]), "must be integers, got dtype float64"),
                          (np.array([True]), "must be integers, got dtype bool"), ([[1, 2]], "one-dimensional"),
-                         ([-1], "must be >= 0, got -1"), (["a"], "must be integers")]:
+                         ([-1], "must be >= 0, got -1"), (["a"], "must be integers, got dtype <U1")]:
         with pytest.raises(ValueError, match=message):
             as_token_array(bad)
 

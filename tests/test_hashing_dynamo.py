@@ -184,12 +184,15 @@ BAD = [
      r"block_mm_hashes\[0\]\[0\] must be an integer"),
     ("sequence of negatives", lambda: H4.sequence_hashes([1, -1]), r"local_hashes\[1\] must be .* got -1"),
     ("to_u64 bytes", lambda: H4.to_u64(b"\x01"), "block_hash must be an integer in"),
-    ("lora not str", lambda: salted_seed(lora_name=5), "lora_name must be a string or None, got 5"),
-    ("namespace not str", lambda: salted_seed(cache_namespace=b"ns"), "cache_namespace must be a string or None"),
-    ("identifier not str", lambda: mm_hash_from_identifier(12), "identifier must be a string, got 12"),
+    ("lora not str", lambda: salted_seed(lora_name=5), "lora_name must be a str or None, got 5"),
+    ("namespace not str", lambda: salted_seed(cache_namespace=b"ns"),
+     "cache_namespace must be a str or None, got b'ns'"),
+    ("identifier not str", lambda: mm_hash_from_identifier(12), "identifier must be a str, got 12"),
     ("tagged not bool", lambda: mm_hash_from_identifier("x", offset_tagged="yes"), "offset_tagged must be a bool"),
-    ("identifier lora not str", lambda: mm_hash_from_identifier("x", lora_name=1), "lora_name must be a string"),
-    ("unknown medium", lambda: storage_tier_from_medium("gpu"), r"unknown medium 'gpu'; known: \['CPU', "),
+    ("identifier lora not str", lambda: mm_hash_from_identifier("x", lora_name=1),
+     "lora_name must be a str or None, got 1"),
+    ("unknown medium", lambda: storage_tier_from_medium("gpu"),
+     r"medium must be one of \('CPU', 'CPU_PINNED', .*\), got 'gpu'"),
 ]
 
 

@@ -113,10 +113,17 @@ def test_two_model_names_share_no_key() -> None:
     assert len(a) == len(b) == 4 and not set(a) & set(b)
 
 
-def test_two_instances_same_model_and_seed_agree() -> None:
-    make = lambda: LlmdHasher(block_size=16, hash_seed="42", model_name="m")  # noqa: E731
-    assert make().block_hashes(TOKENS) == make().block_hashes(TOKENS)
-    assert make().block_keys(TOKENS).tolist() == make().block_hashes(TOKENS)
+def test_a_seeded_hasher_gives_the_vector_keys_in_every_instance_and_form() -> None:
+    """Keys depend on the seed, model and tokens only: each new instance (after another seed and
+    model were hashed) gives the golden keys, as ints and as the u64 array."""
+    case = next(c for c in KEY_CASES if c["name"] == "two_blocks_plus_partial_seeded")
+    want = case["expected"]["block_keys_u64"]
+    assert case["params"]["hash_seed"] == "test-seed" and len(want) == 2
+    for _ in range(2):
+        LlmdHasher(block_size=16, hash_seed="other", model_name="m").block_hashes(case["token_ids"])
+        hasher = hasher_for(case)
+        assert hasher.block_hashes(case["token_ids"]) == want
+        assert hasher.block_keys(case["token_ids"]).tolist() == want
 
 
 def test_seed_changes_every_key() -> None:
@@ -229,13 +236,14 @@ def test_mapping_of_empty_lists() -> None:
 BAD = [
     ("block size 0", lambda: LlmdHasher(block_size=0), "block_size must be an integer >= 1, got 0"),
     ("block size float", lambda: LlmdHasher(block_size=4.0), "block_size must be an integer >= 1, got 4.0"),
-    ("seed not str", lambda: LlmdHasher(hash_seed=42), "hash_seed must be a string, got 42"),
-    ("model not str", lambda: LlmdHasher(model_name=None), "model_name must be a string, got None"),
-    ("root model not str", lambda: LlmdHasher().root_key(3), "model_name must be a string, got 3"),
+    ("seed not str", lambda: LlmdHasher(hash_seed=42), "hash_seed must be a str, got 42"),
+    ("model not str", lambda: LlmdHasher(model_name=None), "model_name must be a str, got None"),
+    ("root model not str", lambda: LlmdHasher().root_key(3), "model_name must be a str, got 3"),
     ("negative token", lambda: LlmdHasher().block_hashes([1, -2]), "token_ids must be >= 0, got -2"),
     ("token beyond u32", lambda: LlmdHasher().block_hashes([2**32]), "token_ids must fit 32 bits"),
     ("2-d tokens", lambda: LlmdHasher().block_hashes([[1, 2]]), "token_ids must be one-dimensional"),
-    ("float tokens", lambda: LlmdHasher().block_hashes([1.5]), "token_ids must be integers"),
+    ("float tokens", lambda: LlmdHasher().block_hashes([1.5]),
+     r"token_ids\[0\] must be an integer in \[0, 2\*\*64\), got 1.5"),
     ("negative parent", lambda: LlmdHasher().block_hashes([1], parent_key=-1),
      r"parent_key must be an integer in \[0, 2\*\*64\), got -1"),
     ("parent beyond u64", lambda: LlmdHasher().block_hashes([1], parent_key=2**64), "parent_key must be"),

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.hashing import MMItem, RequestExtras
-from kvlab.hashing.digests import DEFAULT_NONE_HASH_SEED, hash_fn, none_hash
+from kvlab.hashing.digests import DEFAULT_NONE_HASH_SEED, none_hash
 from kvlab.hashing.lmcache_hash import (
     MP_BLAKE3_NONE_HASH,
     LMCacheHasher,
@@ -182,30 +182,35 @@ def test_apply_mm_placeholders_truncates_skips_and_keeps_text() -> None:
 
 # --- relation to vLLM ----------------------------------------------------------------------
 
-tokens_st = st.lists(st.integers(0, 2**32 - 1), max_size=40)
+#: vLLM 0.33's golden block hashes of requests without extra keys, PYTHONHASHSEED unset.
+VLLM_CASES = [c for c in json.loads((ROOT / "tests/vectors/vllm_block_hashes.json").read_text())["cases"]
+              if "block_size" in c["params"] and c["params"]["PYTHONHASHSEED"] is None
+              and not set(c["request"]) - {"token_ids"} and c["params"]["hash_algo"] in ("sha256", "sha256_cbor")]
 
 
-@given(tokens_st, st.integers(1, 8))
-def test_mp_sha256_cbor_equals_vllm_block_hash(tokens: list[int], block_size: int) -> None:
+def test_the_vllm_vectors_used_cover_both_algos_and_several_blocks() -> None:
+    assert {c["params"]["hash_algo"] for c in VLLM_CASES} == {"sha256", "sha256_cbor"}
+    assert max(len(c["expected"]["block_hashes_hex"]) for c in VLLM_CASES) >= 2
+
+
+@pytest.mark.parametrize("case", [c for c in VLLM_CASES if c["params"]["hash_algo"] == "sha256_cbor"],
+                         ids=lambda c: c["name"])
+def test_mp_sha256_cbor_gives_vllm_golden_block_hashes(case: dict) -> None:
     """§4.2: the mp server's sha256_cbor chain is vLLM's block hash at block size = chunk size."""
-    h = hash_fn("sha256_cbor")
-    parent, want = none_hash("sha256_cbor", DEFAULT_NONE_HASH_SEED), []
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = h((parent, tuple(tokens[start:start + block_size]), None))
-        want.append(parent)
-    mp = LMCacheHasher(chunk_size=block_size, mode="mp_token_hasher", algo="sha256_cbor")
-    assert mp.block_hashes(tokens) == want
+    mp = LMCacheHasher(chunk_size=case["params"]["block_size"], mode="mp_token_hasher", algo="sha256_cbor")
+    assert [h.hex() for h in mp.block_hashes(case["request"]["token_ids"])] == case["expected"]["block_hashes_hex"]
 
 
-@given(tokens_st.filter(len), st.integers(1, 8), st.sampled_from(["sha256", "sha256_cbor"]))
-def test_chunked_token_db_never_equals_vllm(tokens: list[int], block_size: int, algo: str) -> None:
-    """§4.1: int prefix and ``()`` instead of vLLM's bytes parent and None: no key coincides."""
-    lm = LMCacheHasher(chunk_size=block_size, algo=algo, save_unfull_chunk=True)
-    h, parent, vllm = hash_fn(algo), none_hash(algo, DEFAULT_NONE_HASH_SEED), set()
-    for start in range(0, len(tokens), block_size):
-        parent = h((parent, tuple(tokens[start:start + block_size]), None))
-        vllm |= {normalize_hash_to_int(parent), int.from_bytes(parent[-8:], "big")}
-    assert not vllm & set(lm.block_hashes(tokens))
+@pytest.mark.parametrize("case", VLLM_CASES, ids=lambda c: f"{c['scheme']}:{c['name']}")
+def test_chunked_token_db_never_equals_vllm(case: dict) -> None:
+    """§4.1: int prefix and ``()`` instead of vLLM's bytes parent and None: no key coincides with
+    vLLM's golden hashes in either int form (LMCache's ``normalize_hash_to_int``, the event u64)."""
+    tokens, params = case["request"]["token_ids"], case["params"]
+    lm = LMCacheHasher(chunk_size=params["block_size"], algo=params["hash_algo"], save_unfull_chunk=True)
+    vllm = ({normalize_hash_to_int(bytes.fromhex(h)) for h in case["expected"]["block_hashes_hex"]}
+            | set(case["expected"]["block_hashes_event_u64"]))
+    ours = lm.block_hashes(tokens)
+    assert len(ours) == -(-len(tokens) // params["block_size"]) and not vllm & set(ours)
 
 
 # --- chaining ------------------------------------------------------------------------------
@@ -288,13 +293,13 @@ def test_builtin_with_vllm_root_depends_on_pythonhashseed() -> None:
 
 BAD_PARAMS = [
     ({"chunk_size": 0}, "chunk_size must be an integer >= 1, got 0"),
-    ({"mode": "lmcache"}, "mode must be one of ['chunked_token_db', 'mp_token_hasher'], got 'lmcache'"),
+    ({"mode": "lmcache"}, "mode must be one of ('chunked_token_db', 'mp_token_hasher'), got 'lmcache'"),
     ({"algo": "blake3"}, "algo for mode 'chunked_token_db' must be one of"),
     ({"mode": "mp_token_hasher", "algo": "builtin"}, "algo for mode 'mp_token_hasher' must be one of"),
     ({"save_unfull_chunk": 1}, "save_unfull_chunk must be a bool, got 1"),
     ({"vllm_importable": "yes"}, "vllm_importable must be a bool, got 'yes'"),
-    ({"mm_placeholder": "int32"}, "mm_placeholder must be one of ['per_position', 'int16_legacy'], got 'int32'"),
-    ({"none_hash_seed": 0}, "none_hash_seed must be a string or None, got 0"),
+    ({"mm_placeholder": "int32"}, "mm_placeholder must be one of ('per_position', 'int16_legacy'), got 'int32'"),
+    ({"none_hash_seed": 0}, "none_hash_seed must be a str or None, got 0"),
     ({"mode": "mp_token_hasher", "save_unfull_chunk": True}, "hashes full chunks only"),
     ({"mode": "mp_token_hasher", "algo": "sha256_cbor", "vllm_importable": False}, "needs vllm_importable=True"),
     ({"vllm_importable": False, "none_hash_seed": "0"}, "none_hash_seed='0' is unused"),
@@ -322,7 +327,7 @@ def test_bad_token_ids_and_extras_raise() -> None:
         LMCacheHasher().block_hashes([1], {"lora_name": "a"})
     with pytest.raises(ValueError, match="length must be an integer >= 0, got -1"):
         mm_placeholder_values("x", -1)
-    with pytest.raises(ValueError, match="identifier must be a string, got None"):
+    with pytest.raises(ValueError, match="identifier must be a str, got None"):
         hex_hash_to_int16(None)
     with pytest.raises(ValueError, match="mm_items must be MMItem values"):
         apply_mm_placeholders([1, 2], [("x", 0, 1)])

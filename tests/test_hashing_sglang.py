@@ -165,7 +165,8 @@ def test_lora_path_and_identity_do_not_enter_keys() -> None:
 
 BAD_CALLS = [
     (lambda: SGLangHasher(page_size=0), "page_size must be an integer >= 1, got 0"),
-    (lambda: SGLangHasher(page_size=4, event_format="vllm"), "event_format must be one of ['default', 'dynamo']"),
+    (lambda: SGLangHasher(page_size=4, event_format="vllm"),
+     "event_format must be one of ('default', 'dynamo'), got 'vllm'"),
     (lambda: SGLangHasher(page_size=4).page_hashes_hex([1], prior="abc"),
      "prior must be a 64-character hex SHA-256 digest, got 'abc'"),
     (lambda: sha256_page_chain([1], 1, prior="zz" * 32), "prior must be a 64-character hex SHA-256 digest"),
@@ -175,10 +176,11 @@ BAD_CALLS = [
     (lambda: SGLangHasher(page_size=4).event_block_hashes([1], "salt"),
      "extras must be a RequestExtras or None, got str"),
     (lambda: SGLangHasher(page_size=4).to_u64(b"\x00" * 32), "hash_hex must be a 64-character hex SHA-256 digest"),
-    (lambda: storage_namespace_seed(3, None), "extra_key must be a string or None, got 3"),
-    (lambda: kv_event_namespace_seed(None, b"s"), "cache_salt must be a string or None, got b's'"),
-    (lambda: event_chain_seed(1), "cache_salt must be a string or None, got 1"),
-    (lambda: namespaced_block_hash(2**63, bytes(32)), "block_hash must be an int64, got 9223372036854775808"),
+    (lambda: storage_namespace_seed(3, None), "extra_key must be a str or None, got 3"),
+    (lambda: kv_event_namespace_seed(None, b"s"), "cache_salt must be a str or None, got b's'"),
+    (lambda: event_chain_seed(1), "cache_salt must be a str or None, got 1"),
+    (lambda: namespaced_block_hash(2**63, bytes(32)),
+     "block_hash must be an integer in [-2**63, 2**63), got 9223372036854775808"),
     (lambda: namespaced_block_hash(1, bytes(31)), "namespace_seed must be 32 bytes"),
 ]
 

@@ -52,7 +52,7 @@ def test_seeds_partial_tail_and_dtypes() -> None:
 
 @pytest.mark.parametrize(("call", "message"), [
     (lambda: chain_u64([1, -2], 4), "token_ids must be >= 0, got -2"),
-    (lambda: chain_u64([1.5], 4), "token_ids must be integers"),
+    (lambda: chain_u64([1.5], 4), r"token_ids\[0\] must be an integer in \[0, 2\*\*64\), got 1.5"),
     (lambda: chain_u64([[1]], 4), "one-dimensional"),
     (lambda: chain_u64([1], 0), "block_size must be an integer >= 1, got 0"),
     (lambda: chain_u64([1], 4, seed=-1), r"seed must be an integer in \[0, 2\*\*64\), got -1"),

@@ -12,14 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cbor2
 import numpy as np
 import pytest
+import xxhash
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import kvlab.hashing
 from kvlab.hashing.base import MMItem, RequestExtras, coarse_view
-from kvlab.hashing.digests import hash_fn
 from kvlab.hashing.vllm_extra_keys import mm_keys
 from kvlab.hashing.vllm_hash import VllmHasher
 from kvlab.hashing.vllm_pickle import FRAME_SIZE_TARGET, pickle_parts
@@ -50,11 +51,22 @@ def request_extras(request: dict) -> RequestExtras | None:
     return RequestExtras(**fields) if fields else None
 
 
+def vllm_block_hash(algo: str, parent: bytes, tokens: tuple[int, ...], keys: tuple | None) -> bytes:
+    """vLLM 0.33's ``hash_block_tokens`` written out with the standard libraries, not kvlab's
+    digests (docs/specs/hashing.md §1.2): ``(parent, tokens, keys)`` serialised by pickle
+    protocol 5 or canonical CBOR, digested by SHA-256 or XXH3-128."""
+    data = cbor2.dumps((parent, tokens, keys), canonical=True) if algo.endswith("_cbor") else \
+        pickle.dumps((parent, tokens, keys), protocol=5)
+    return hashlib.sha256(data).digest() if algo.startswith("sha256") else xxhash.xxh3_128_digest(data)
+
+
 def reference_chain(hasher: VllmHasher, tokens: list[int], extras: RequestExtras | None = None) -> list[bytes]:
-    """The recipe of docs/specs/hashing.md §1.8, one ``hash_fn`` call per block."""
+    """The chain of docs/specs/hashing.md §1.8 by :func:`vllm_block_hash`, from the hasher's root and
+    extra keys (both pinned by the golden vectors)."""
+    keys = hasher.extra_keys(len(tokens), extras)
     size, h, hashes = hasher.block_size, hasher.none_hash, []
-    for i, keys in enumerate(hasher.extra_keys(len(tokens), extras)):
-        hashes.append(h := hash_fn(hasher.algo)((h, tuple(tokens[i * size:(i + 1) * size]), keys)))
+    for i, block_keys in enumerate(keys):
+        hashes.append(h := vllm_block_hash(hasher.algo, h, tuple(tokens[i * size:(i + 1) * size]), block_keys))
     return hashes
 
 
@@ -89,6 +101,19 @@ def test_vector_coarse_view(case: dict) -> None:
     assert [h.hex() for h in fine] == expected["fine_block_hashes_hex"]
     scale = params["group_block_size"] // params["hash_block_size"]
     assert [h.hex() for h in coarse_view(fine, scale)] == expected["group_block_hashes_hex"]
+
+
+@pytest.mark.parametrize("case", HASH_CASES, ids=[f"{c['scheme']}:{c['name']}" for c in HASH_CASES])
+def test_the_reference_recipe_reproduces_the_vectors(case: dict) -> None:
+    """The recipe the property tests below hold the hasher to gives vLLM's own hashes, from the
+    vector's root, tokens and extra keys alone."""
+    params, expected = case["params"], case["expected"]
+    size, tokens = params["block_size"], case["request"]["token_ids"]
+    h, hashes = bytes.fromhex(params["none_hash_hex"]), []
+    for i, keys in enumerate(expected["extra_keys_per_block"]):
+        hashes.append(h := vllm_block_hash(params["hash_algo"], h, tuple(tokens[i * size:(i + 1) * size]),
+                                           None if keys is None else from_json(keys)))
+    assert [h.hex() for h in hashes] == expected["block_hashes_hex"]
 
 
 def test_every_vector_case_is_run() -> None:
@@ -243,7 +268,7 @@ def test_keys_depend_on_string_values_not_identity(algo: str, text: str) -> None
         for make in (lambda: text, lambda: fresh(text)))
     vllm_keys = (("lora", fresh(text), fresh(text)), ("mm", fresh(text), 1), ("mm", fresh(text), 3),
                  ("cache_salt", fresh(text)))
-    assert shared == distinct == [hash_fn(algo)((hasher.none_hash, (0, 1, 2, 3), vllm_keys))]
+    assert shared == distinct == [vllm_block_hash(algo, hasher.none_hash, (0, 1, 2, 3), vllm_keys)]
 
 
 @pytest.mark.parametrize("algo", ALGOS)
@@ -261,7 +286,7 @@ def test_lora_and_salt_keys() -> None:
     """A missing LoRA path is hashed as vLLM's default ""; an empty salt is no salt."""
     hasher = VllmHasher(block_size=4)
     assert hasher.block_hashes(range(4), RequestExtras(lora_name="ad")) == \
-        [hash_fn("sha256")((hasher.none_hash, (0, 1, 2, 3), (("lora", "ad", ""),)))]
+        [vllm_block_hash("sha256", hasher.none_hash, (0, 1, 2, 3), (("lora", "ad", ""),))]
     assert hasher.extra_keys(8, RequestExtras(cache_salt="")) == [None, None]
     assert hasher.block_hashes(range(8), RequestExtras(cache_salt="")) == hasher.block_hashes(range(8))
     with_identity = RequestExtras(lora_name="ad", lora_path="/p", lora_identity="sha-v1", cache_salt="t")
@@ -361,10 +386,12 @@ def test_xxhash_without_seed_or_rng_warns_at_the_caller(make: object) -> None:
 
 
 @pytest.mark.parametrize(("make", "message"), [
-    (lambda: VllmHasher(algo="md5"), "unknown hash algo 'md5'"),
+    (lambda: VllmHasher(algo="md5"),
+     r"algo must be one of \('sha256', 'sha256_cbor', 'xxhash', 'xxhash_cbor'\), got 'md5'"),
     (lambda: VllmHasher(block_size=0), "block_size must be an integer >= 1, got 0"),
-    (lambda: VllmHasher(seed=42), "seed must be a string .* got 42"),
-    (lambda: VllmHasher(rng=42), "rng must be a numpy.random.Generator or None, got int"),
+    (lambda: VllmHasher(seed=42), "seed must be a str or None, got 42"),
+    (lambda: VllmHasher(rng=42),
+     r"rng must be a numpy.random.Generator or None \(numpy.random.default_rng\(seed\)\), got 42"),
     (lambda: VllmHasher(rng=np.random.default_rng(0)), "rng is only used for the xxhash algos with seed=None"),
     (lambda: VllmHasher(algo="xxhash", seed="0", rng=np.random.default_rng(0)), "rng is only used .* seed='0'"),
     (lambda: VllmHasher().block_hashes([1, -2, 3]), "token_ids must be >= 0, got -2"),
@@ -372,7 +399,7 @@ def test_xxhash_without_seed_or_rng_warns_at_the_caller(make: object) -> None:
     (lambda: VllmHasher().extra_keys(-1), "n_tokens must be an integer >= 0, got -1"),
     (lambda: VllmHasher().max_cache_hit_tokens(2.5), "n_tokens must be an integer >= 0, got 2.5"),
     (lambda: VllmHasher().extra_keys(16, RequestExtras(lora_path="/p")), "need a lora_name"),
-    (lambda: RequestExtras(lora_name=""), "lora_name must be a non-empty string or None, got ''"),
+    (lambda: RequestExtras(lora_name=""), "lora_name must be a non-empty str or None, got ''"),
     (lambda: VllmHasher().extra_keys(16, RequestExtras(prompt_embeds=np.full((16, 2), None))),
      "prompt_embeds must have a numeric dtype .* got dtype object"),
     (lambda: VllmHasher().extra_keys(16, RequestExtras(prompt_embeds=np.full((16, 2), "x"))), "numeric .* <U1"),

@@ -365,7 +365,7 @@ def test_caller_mistakes_raise() -> None:
     ingestor = EventIngestor(InMemoryIndex())
     with pytest.raises(ValueError, match="index must be a kvlab.index.Index"):
         EventIngestor({})
-    with pytest.raises(ValueError, match="pod must be a non-empty string"):
+    with pytest.raises(ValueError, match="pod must be a non-empty str, got"):
         ingestor.ingest_batch("", 0, EventBatch(0.0, []))
     with pytest.raises(ValueError, match="seq must be an integer"):
         ingestor.ingest_batch("p", -1, EventBatch(0.0, []))
@@ -447,7 +447,8 @@ def run_pool_ops(driver: PoolDriver, ops):
 
 
 @settings(max_examples=60, deadline=None)
-@given(ops=st.lists(POOL_OP, min_size=20, max_size=60), free_order=st.sampled_from(["current", "classic"]), backend=st.sampled_from(["memory", "radix"]))
+@given(ops=st.lists(POOL_OP, min_size=20, max_size=60), free_order=st.sampled_from(["current", "classic"]),
+       backend=st.sampled_from(["memory", "radix"]))
 def test_the_index_equals_the_vllm_pool_after_every_step(ops, free_order: str, backend: str) -> None:
     """With the pool's own LRU eviction (successors go before their parents) the index holds
     exactly the request keys of the cached blocks, on the flat and on the radix backend."""

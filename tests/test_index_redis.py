@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -227,40 +226,78 @@ def test_no_server_raises_connection_error_naming_the_url():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    with pytest.raises(ConnectionError, match=rf"^cannot reach a Redis server at redis://127\.0\.0\.1:{port}: the connection failed "
-                                                rf"\(ConnectionError: .*refused.*redis-server --port"):
+    with pytest.raises(ConnectionError, match=rf"^cannot reach a Redis server at redis://127\.0\.0\.1:{port}: the "
+                                              rf"connection failed \(ConnectionError: .*refused.*redis-server --port"):
         RedisIndex(f"127.0.0.1:{port}")
+
+
+def resp_commands(data: bytes) -> list[str]:
+    """The command names in ``data``, a client's RESP requests (arrays of bulk strings)."""
+    names, pos = [], 0
+    while pos < len(data):
+        end = data.index(b"\r\n", pos)
+        assert data[pos:pos + 1] == b"*", data[pos:]
+        count, pos, parts = int(data[pos + 1:end]), end + 2, []
+        for _ in range(count):
+            end = data.index(b"\r\n", pos)
+            length = int(data[pos + 1:end])
+            parts.append(data[end + 2:end + 2 + length])
+            pos = end + 2 + length + 2
+        names.append(parts[0].decode().upper())
+    return names
+
+
+class FakeServer:
+    """A loopback server answering every request with ``reply`` bytes (``None``: it reads and
+    never replies); it records each connection's requests until the client closes it."""
+
+    def __init__(self, reply: bytes | None) -> None:
+        self.reply = reply
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.port = self.listener.getsockname()[1]
+        self.received: list[bytearray] = []  # per connection
+        self.handlers: list[threading.Thread] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:  # closed at teardown
+                return
+            self.received.append(data := bytearray())
+            self.handlers.append(handler := threading.Thread(target=self._serve, args=(conn, data), daemon=True))
+            handler.start()
+
+    def _serve(self, conn: socket.socket, data: bytearray) -> None:
+        with conn:
+            while chunk := conn.recv(65536):
+                data += chunk
+                if self.reply is not None:
+                    conn.sendall(self.reply)
+
+    def commands(self) -> list[list[str]]:
+        """Per connection, the commands received, once every connection is closed by the client."""
+        for handler in list(self.handlers):
+            handler.join(timeout=10)
+            assert not handler.is_alive(), "the client left a connection open"
+        return [resp_commands(bytes(data)) for data in self.received]
 
 
 @pytest.fixture
 def fake_server() -> Iterator:
-    """``start(reply) -> port``: a loopback server answering every request with ``reply``
-    bytes (``None``: it accepts connections into its backlog and never reads or replies)."""
-    sockets = []
+    """``start(reply) -> FakeServer`` (see :class:`FakeServer`), closed after the test."""
+    servers: list[FakeServer] = []
 
-    def start(reply: bytes | None) -> int:
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(8)
-        sockets.append(listener)
-
-        def serve() -> None:
-            while True:
-                try:
-                    conn, _ = listener.accept()
-                except OSError:  # closed at teardown
-                    return
-                with conn:
-                    conn.recv(65536)
-                    conn.sendall(reply)
-
-        if reply is not None:
-            threading.Thread(target=serve, daemon=True).start()
-        return listener.getsockname()[1]
+    def start(reply: bytes | None) -> FakeServer:
+        servers.append(server := FakeServer(reply))
+        return server
 
     yield start
-    for listener in sockets:
-        listener.close()
+    for server in servers:
+        server.listener.close()
 
 
 @pytest.mark.parametrize(("reply", "cause"), [
@@ -269,24 +306,37 @@ def fake_server() -> Iterator:
     (None, r"nothing answered PING within 0\.2 s; .* \(TimeoutError: "),
 ])
 def test_a_port_that_does_not_talk_redis_raises_connection_error_naming_the_url(fake_server, reply, cause):
-    port = fake_server(reply)
-    started = time.monotonic()
-    with pytest.raises(ConnectionError, match=rf"^cannot reach a Redis server at redis://127\.0\.0\.1:{port}: {cause}"):
-        RedisIndex(f"redis://127.0.0.1:{port}", connect_timeout_s=0.2)
-    assert time.monotonic() - started < 1.5  # one PING, no retries
+    server = fake_server(reply)
+    with pytest.raises(ConnectionError, match=rf"^cannot reach a Redis server at redis://127\.0\.0\.1:{server.port}: "
+                                              rf"{cause}"):
+        RedisIndex(f"redis://127.0.0.1:{server.port}", connect_timeout_s=0.2)
+    # one probe on one connection, no retry (redis-py's first request of a connection is its handshake)
+    assert [len(commands) for commands in server.commands()] == [1]
+
+
+def test_constructing_an_index_sends_one_ping(redis_server):
+    """Counted by the server itself (INFO commandstats): the probe pings once."""
+    with redis.Redis.from_url(redis_server.url) as admin:
+        def pings() -> int:
+            return admin.info("commandstats").get("cmdstat_ping", {}).get("calls", 0)
+
+        before = pings()
+        with RedisIndex(redis_server.url):
+            after = pings()
+    assert after - before == 1
 
 
 def test_a_passed_in_client_that_cannot_ping_raises_connection_error(fake_server):
-    client = redis.Redis(port=fake_server(b"HTTP/1.0 400 Bad request\r\n\r\n"))
+    client = redis.Redis(port=fake_server(b"HTTP/1.0 400 Bad request\r\n\r\n").port)
     with pytest.raises(ConnectionError, match="does not speak the Redis protocol"):
         RedisIndex(client)
     client.close()
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"connect_timeout_s": 0}, "connect_timeout_s must be a finite number > 0, got 0"),
-    ({"connect_timeout_s": float("inf")}, "connect_timeout_s must be a finite number > 0, got inf"),
-    ({"connect_timeout_s": True}, "connect_timeout_s must be a finite number > 0, got True"),
+    ({"connect_timeout_s": 0}, "connect_timeout_s must be a finite number > 0.0, got 0"),
+    ({"connect_timeout_s": float("inf")}, "connect_timeout_s must be a finite number > 0.0, got inf"),
+    ({"connect_timeout_s": True}, "connect_timeout_s must be a finite number > 0.0, got True"),
     ({"url": "redis://h:abc"}, "url 'redis://h:abc': Port could not be cast to integer"),
 ])
 def test_bad_connection_arguments_raise_value_error(kwargs, message):

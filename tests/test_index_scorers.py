@@ -43,7 +43,7 @@ class DictIndex(Index):
         self.data: dict[int, set[PodEntry]] = {}
         self.engine: dict[int, dict[int, int]] = {}
 
-    def _add(self, triples, request_keys, entries, parent):
+    def _add(self, triples, request_keys, entries, parent):  # noqa: ARG002 - the Index contract's signature
         for engine_key, request_key, position in triples or ():
             self.engine.setdefault(engine_key, {})[request_key] = position
         for key in request_keys:
@@ -497,7 +497,7 @@ def test_longest_prefix_equals_the_naive_walk_and_is_bounded(ops, keys, weights)
     scores = LongestPrefixScorer(weights).score(keys, index)
     assert scores == pytest.approx(naive_longest_prefix(keys, index, weights))
     assert all(0 <= score <= len(keys) for score in scores.values())
-    assert prefix_weights(keys, {}, lambda entry: 1.0) == {}
+    assert prefix_weights(keys, {}, lambda _entry: 1.0) == {}
 
 
 @given(OPS, REQUEST, st.integers(0, 2**32 - 1), st.sampled_from(sorted(SCORERS)), st.floats(0, 2))

@@ -13,12 +13,10 @@ import sys
 from pathlib import Path
 
 from kvlab import __version__
-from kvlab.core.result import to_jsonable
+from kvlab.core.semantics import TOUCH_ORDERS
 from kvlab.paths import BUNDLED_TRACES
 from kvlab.policies import POLICIES
-from kvlab.sim import TOUCH_ORDERS, ReplayConfig, replay
 from kvlab.tiers.store import WRITE_POLICIES
-from kvlab.traces import load_trace
 
 
 def _capacity(text: str) -> int | None:
@@ -190,11 +188,15 @@ def build_parser() -> argparse.ArgumentParser:
 def summary_json(summary: object, indent: int | None = None) -> str:
     """The JSON of a run's summary, one shape for every mode: ``summary.to_dict()``
     (:meth:`kvlab.core.RunSummary.to_dict`: ``driver``, ``source``, ``config``, then the totals)."""
+    from kvlab.core.result import to_jsonable
+
     return json.dumps(to_jsonable(summary), indent=indent)
 
 
 def cmd_info(args: argparse.Namespace) -> None:
     """``kvlab info TRACE``."""
+    from kvlab.traces import load_trace
+
     stats = load_trace(args.trace, block_size=args.block_size).describe()
     print(json.dumps(stats.to_dict()) if args.json else stats)
 
@@ -236,6 +238,9 @@ def cmd_replay_tiered(args: argparse.Namespace, trace: object) -> None:
 
 def cmd_replay(args: argparse.Namespace) -> None:
     """``kvlab replay TRACE ...``."""
+    from kvlab.sim import ReplayConfig, replay
+    from kvlab.traces import load_trace
+
     if not args.tier and (args.write_policy is not None or args.no_promote):
         raise ValueError("--write-policy and --no-promote apply to tiers: add --tier NAME=CAPACITY_BLOCKS[:POLICY]")
     trace = load_trace(args.trace, block_size=args.block_size)
@@ -272,6 +277,7 @@ def cmd_replay(args: argparse.Namespace) -> None:
 def cmd_sweep(args: argparse.Namespace) -> None:
     """``kvlab sweep TRACE ...``."""
     from kvlab.sim import sweep
+    from kvlab.traces import load_trace
 
     trace = load_trace(args.trace, block_size=args.block_size)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]

@@ -5,7 +5,9 @@ or raises ``ValueError`` naming the argument and the value. One answer everywher
 
 * an integer is a Python ``int`` or a numpy integer, never a ``bool``;
 * a flag is a Python ``bool`` or a ``numpy.bool_``, never ``0``/``1``;
-* a real is an integer or a float (Python or numpy), never a ``bool``; finite unless asked.
+* a real is an integer or a float (Python or numpy), never a ``bool``; finite unless asked;
+* randomness comes from a ``numpy.random.Generator`` (:func:`check_rng`), or from a seed
+  (an integer >= 0) that makes one (:func:`rng_from_seed`).
 
 Domain checks (a block owned by a pool, a well-formed trace row) stay beside their model and
 build on these.
@@ -23,20 +25,27 @@ U64_MAX = 2**64 - 1
 
 
 def _bound(value: int | float) -> str:
-    """``value`` for a message: ``2**k`` spelled out where it is one (minus one: a half-open range)."""
-    if isinstance(value, int) and value > 2**15 and (value + 1) & value == 0:
-        return f"2**{(value + 1).bit_length() - 1}"
+    """``value`` for a message; ``-2**k`` and a float ``2.0**k`` beyond ``2**15`` read as powers of two."""
+    whole = int(value) if isinstance(value, float) and value.is_integer() else value
+    if (isinstance(whole, int) and (whole < 0 or isinstance(value, float)) and abs(whole) > 2**15
+            and abs(whole) & (abs(whole) - 1) == 0):
+        return f"{'-' if whole < 0 else ''}2**{abs(whole).bit_length() - 1}"
     return f"{value}"
 
 
-def _range(low: object, high: object, *, low_open: bool = False) -> str:
+def _range(low: object, high: object, *, low_open: bool = False, high_open: bool = False) -> str:
+    """`` in [low, high]`` and the like; an integer ``high`` of ``2**k - 1`` (k > 15) reads ``2**k)``."""
+    if high is not None and not high_open and isinstance(high, int) and high > 2**15 and (high + 1) & high == 0:
+        top = f"2**{(high + 1).bit_length() - 1}"
+        high_open = True
+    else:
+        top = None if high is None else _bound(high)
     if low is not None and high is not None:
-        close = ")" if isinstance(high, int) and _bound(high).startswith("2**") else "]"
-        return f" in {'(' if low_open else '['}{low}, {_bound(high)}{close}"
+        return f" in {'(' if low_open else '['}{_bound(low)}, {top}{')' if high_open else ']'}"
     if low is not None:
-        return f" {'>' if low_open else '>='} {low}"
+        return f" {'>' if low_open else '>='} {_bound(low)}"
     if high is not None:
-        return f" <= {high}"
+        return f" {'<' if high_open else '<='} {top}"
     return ""
 
 
@@ -114,10 +123,11 @@ def check_flag(name: str, value: object) -> bool:
 
 
 def check_real(name: str, value: object, *, low: float | None = None, high: float | None = None,
-               low_open: bool = False, finite: bool = True, optional: bool = False) -> float | None:
+               low_open: bool = False, high_open: bool = False, finite: bool = True,
+               optional: bool = False) -> float | None:
     """``value`` as a ``float`` when it is a real number (numpy too, not a bool) within the bounds
-    (``low`` excluded when ``low_open``); finite unless ``finite=False``; ``None`` passes when
-    ``optional``.
+    (``low`` excluded when ``low_open``, ``high`` when ``high_open``); finite unless
+    ``finite=False``; ``None`` passes when ``optional``.
 
     Raises:
         ValueError: names ``name``, the range and the value (NaN always refused).
@@ -133,13 +143,18 @@ def check_real(name: str, value: object, *, low: float | None = None, high: floa
         return None
     ok = not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
     if ok:
-        v = float(value)
+        try:
+            v = float(value)
+        except OverflowError:  # an int beyond the float range
+            v = math.inf if value > 0 else -math.inf
         ok = not math.isnan(v) and (not finite or math.isfinite(v))
-        ok = ok and (low is None or (v > low if low_open else v >= low)) and (high is None or v <= high)
+        ok = (ok and (low is None or (v > low if low_open else v >= low))
+              and (high is None or (v < high if high_open else v <= high)))
     if not ok:
         kind = "a finite number" if finite else "a number"
         none = " or None" if optional else ""
-        raise ValueError(f"{name} must be {kind}{_range(low, high, low_open=low_open)}{none}, got {value!r}")
+        raise ValueError(f"{name} must be {kind}{_range(low, high, low_open=low_open, high_open=high_open)}{none}, "
+                         f"got {value!r}")
     return v
 
 
@@ -176,3 +191,44 @@ def check_str(name: str, value: object, *, nonempty: bool = False, optional: boo
         kind = "a non-empty str" if nonempty else "a str"
         raise ValueError(f"{name} must be {kind}{' or None' if optional else ''}, got {value!r}")
     return value
+
+
+def check_rng(name: str, value: object, *, optional: bool = False) -> np.random.Generator | None:
+    """``value`` when it is a :class:`numpy.random.Generator`; ``None`` passes when ``optional``.
+
+    Raises:
+        ValueError: names ``name`` and the value (and how to make a generator).
+
+    Example:
+        >>> check_rng("rng", 42)
+        Traceback (most recent call last):
+        ValueError: rng must be a numpy.random.Generator (numpy.random.default_rng(seed)), got 42
+    """
+    if value is None and optional:
+        return None
+    if not isinstance(value, np.random.Generator):
+        none = " or None" if optional else ""
+        raise ValueError(f"{name} must be a numpy.random.Generator{none} (numpy.random.default_rng(seed)), "
+                         f"got {value!r}")
+    return value
+
+
+def rng_from_seed(name: str, seed: object) -> np.random.Generator:
+    """A generator from ``seed``: a :class:`numpy.random.Generator` is used as it is (its
+    state advances), an integer ``>= 0`` seeds a new one (``numpy.random.default_rng``).
+
+    Raises:
+        ValueError: names ``name`` and the value.
+
+    Example:
+        >>> float(rng_from_seed("seed", 7).random()) == float(np.random.default_rng(7).random())
+        True
+        >>> rng_from_seed("seed", -1)
+        Traceback (most recent call last):
+        ValueError: seed must be an integer >= 0 or a numpy.random.Generator, got -1
+    """
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"{name} must be an integer >= 0 or a numpy.random.Generator, got {seed!r}")
+    return np.random.default_rng(int(seed))

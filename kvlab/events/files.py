@@ -44,6 +44,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import BinaryIO
 
+from kvlab.core.validate import check_u64
 from kvlab.events.errors import EventDecodeError
 from kvlab.events.types import EVENT_TYPES, EventBatch
 from kvlab.events.wire import DecodedBatch, _as_bytes, decode_stream, encode_frames
@@ -53,7 +54,6 @@ MAGIC = b"KVLABEV1"
 #: Frames one message may have in a file (vLLM sends 3); a larger count means a corrupt file.
 MAX_FRAMES_PER_MESSAGE = 64
 _U32_LIMIT = 1 << 32
-_SEQ_LIMIT = 1 << 64
 
 #: A message to write: its frames, or ``(topic, seq, batch)`` to encode with :func:`~kvlab.events.encode_frames`.
 EventMessage = Sequence[bytes] | tuple[str, int, EventBatch]
@@ -355,8 +355,7 @@ def parse_event_description(description: object) -> list[tuple[str, int, EventBa
         pod = _topic_part(f"{path}.pod", raw["pod"], "the pod-id segment", allow_at=False)
         model = _topic_part(f"{path}.model", raw["model"], "the model segment", allow_at=True)
         seq = raw.get("seq", next_seq.get(pod, 0))
-        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < _SEQ_LIMIT:
-            raise ValueError(f"{path}.seq must be an integer in [0, 2**64), got {seq!r}")
+        seq = check_u64(f"{path}.seq", seq)
         next_seq[pod] = seq + 1
         events = raw["events"]
         if not isinstance(events, list):

@@ -18,19 +18,18 @@ kvlab's u64 block keys (llm-d ``getHashAsUint64``, Dynamo ``BlockHashValue::into
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from kvlab.core.validate import U64_MAX, check_int, check_real, check_str, check_u64
 from kvlab.hashing.base import check_block_size, normalize_engine_hash
 
 #: A block hash as published in an event: the u64 / int64 form or the raw digest bytes.
 ExternalBlockHash = bytes | int
 
 _I64_MIN = -(1 << 63)
-_U64_MAX = (1 << 64) - 1
 #: How deep arrays may nest inside one ``extra_keys`` entry (vLLM's nest a few levels).
 _MAX_KEY_DEPTH = 32
 
@@ -74,25 +73,12 @@ def _check_hashes(name: str, value: object) -> tuple[ExternalBlockHash, ...]:
 
 
 def _check_tokens(name: str, value: object) -> tuple[int, ...]:
-    tokens = _as_tuple(name, value)
-    for i, token in enumerate(tokens):
-        if not _is_int(token) or not 0 <= token <= _U64_MAX:
-            raise ValueError(f"{name}[{i}] must be an integer in [0, 2**64), got {token!r}")
-    return tuple(int(t) for t in tokens)
+    return tuple(check_u64(f"{name}[{i}]", token) for i, token in enumerate(_as_tuple(name, value)))
 
 
 def _check_opt_int(name: str, value: object, low: int) -> int | None:
-    if value is None:
-        return None
-    if not _is_int(value) or not low <= value <= _U64_MAX:
-        bound = "[-2**63, 2**64)" if low == _I64_MIN else f">= {low} (and < 2**64)"
-        raise ValueError(f"{name} must be None or an integer {bound}, got {value!r}")
-    return int(value)  # type: ignore[arg-type]
-
-
-def _check_opt_str(name: str, value: object) -> None:
-    if value is not None and not isinstance(value, str):
-        raise ValueError(f"{name} must be None or a string, got {type(value).__name__} {value!r}")
+    """``None``, or an integer in ``[low, 2**64)`` (vLLM's msgpack ints: int64 or uint64)."""
+    return check_int(name, value, low=low, high=U64_MAX, optional=True)
 
 
 def _freeze_key(name: str, value: object, depth: int = 0) -> object:
@@ -105,7 +91,7 @@ def _freeze_key(name: str, value: object, depth: int = 0) -> object:
     if isinstance(value, bytearray):
         return bytes(value)
     if _is_int(value):
-        if not _I64_MIN <= value <= _U64_MAX:  # type: ignore[operator]
+        if not _I64_MIN <= value <= U64_MAX:  # type: ignore[operator]
             raise ValueError(f"{name} must fit 64 bits, got {value!r}")
         return int(value)  # type: ignore[call-overload]
     if value is None or isinstance(value, (str, bytes, bool, float)):
@@ -220,7 +206,7 @@ class BlockStored:
                 f"{block_size} = {len(hashes) * block_size}; token_ids must be empty or hold every "
                 f"token of the stored blocks")
         for name in ("medium", "lora_name", "kv_cache_spec_kind", "locality", "ownership", "session_id"):
-            _check_opt_str(name, getattr(self, name))
+            check_str(name, getattr(self, name), optional=True)
         lookahead = self.lookahead_token_ids
         checked = {
             "block_hashes": hashes, "parent_block_hash": parent, "token_ids": tokens, "block_size": block_size,
@@ -279,7 +265,7 @@ class BlockRemoved:
     def __post_init__(self) -> None:
         object.__setattr__(self, "block_hashes", _check_hashes("block_hashes", self.block_hashes))
         for name in ("medium", "locality", "ownership"):
-            _check_opt_str(name, getattr(self, name))
+            check_str(name, getattr(self, name), optional=True)
         object.__setattr__(self, "group_idx", _check_opt_int("group_idx", self.group_idx, 0))
 
     def block_keys_u64(self) -> tuple[int, ...]:
@@ -314,7 +300,7 @@ class AllBlocksCleared:
     medium: str | None = None
 
     def __post_init__(self) -> None:
-        _check_opt_str("medium", self.medium)
+        check_str("medium", self.medium, optional=True)
 
     def __repr__(self) -> str:
         """``AllBlocksCleared()`` as vLLM's, the extension shown only when set."""
@@ -339,14 +325,6 @@ VLLM_FIELDS: dict[type, tuple[str, ...]] = {
 #: The bound on :attr:`EventBatch.ts` (exclusive), as a float: what the wire's float64 carries and
 #: decodes back (an int just below 2**64 rounds up to it, so it is refused too).
 _TS_LIMIT_S = float(2**64)
-
-
-def _as_float(value: int | float) -> float:
-    """``float(value)``; an int too large for a float is infinite."""
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf
 
 
 @dataclass(frozen=True)
@@ -379,16 +357,13 @@ class EventBatch:
     data_parallel_rank: int | None = None
 
     def __post_init__(self) -> None:
-        ts = self.ts
-        numeric = isinstance(ts, (int, float, np.integer, np.floating)) and not isinstance(ts, bool)
-        if not numeric or not 0 <= _as_float(ts) < _TS_LIMIT_S:  # NaN fails the comparison
-            raise ValueError(f"ts must be a finite number in [0, 2**64) (seconds since the epoch), got {ts!r}")
+        ts = check_real("ts", self.ts, low=0.0, high=_TS_LIMIT_S, high_open=True)  # seconds since the epoch
         events = _as_tuple("events", self.events)
         for i, event in enumerate(events):
             if not isinstance(event, EVENT_TYPES):
                 raise ValueError(f"events[{i}] must be a BlockStored, BlockRemoved or AllBlocksCleared, "
                                  f"got {type(event).__name__} {event!r}")
-        object.__setattr__(self, "ts", _as_float(ts))
+        object.__setattr__(self, "ts", ts)
         object.__setattr__(self, "events", events)
         object.__setattr__(self, "data_parallel_rank",
                            _check_opt_int("data_parallel_rank", self.data_parallel_rank, 0))

@@ -52,6 +52,7 @@ from itertools import islice
 
 import msgpack
 
+from kvlab.core.validate import check_choice, check_str, check_u64
 from kvlab.events.errors import EventDecodeError
 from kvlab.events.types import EVENT_TYPES, VLLM_FIELDS, EventBatch, KVEvent
 
@@ -123,12 +124,9 @@ def encode_frames(batch: EventBatch, *, topic: str = "", seq: int = 0, layout: s
     """
     if not isinstance(batch, EventBatch):
         raise ValueError(f"batch must be an EventBatch, got {type(batch).__name__}")
-    if not isinstance(topic, str):
-        raise ValueError(f"topic must be a string, got {type(topic).__name__} {topic!r}")
-    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 1 << 64:
-        raise ValueError(f"seq must be an integer in [0, 2**64), got {seq!r}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    check_str("topic", topic)
+    seq = check_u64("seq", seq)
+    check_choice("layout", layout, LAYOUTS)
     try:
         topic_bytes = topic.encode("utf-8")
     except UnicodeEncodeError as err:

@@ -24,6 +24,7 @@ all profiles; each uses what its engine hashes.
 
 from __future__ import annotations
 
+from kvlab.core.validate import check_choice
 from kvlab.hashing.base import (
     NO_EXTRAS,
     BlockHash,
@@ -90,8 +91,7 @@ def get_hasher(name: str, **params: object) -> BlockHasher:
         >>> get_hasher("llmd", block_size=4).name
         'llmd'
     """
-    if not isinstance(name, str) or name not in PROFILES:
-        raise ValueError(f"unknown hashing profile {name!r}; known: {sorted(PROFILES)}")
+    check_choice("profile", name, sorted(PROFILES))
     try:
         return PROFILES[name](**params)
     except TypeError as err:  # an unknown keyword

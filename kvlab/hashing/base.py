@@ -22,15 +22,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kvlab.core.validate import check_count as _check_count
+from kvlab.core.validate import check_int, check_positive, check_str, check_u64
+
 #: A block hash in an engine's native form.
 BlockHash = bytes | int | str
 U64_MASK = (1 << 64) - 1
 _U32_MAX = (1 << 32) - 1
-
-
-def _check_str(name: str, value: object) -> None:
-    if value is not None and not isinstance(value, str):
-        raise ValueError(f"{name} must be a string or None, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -57,13 +55,10 @@ class MMItem:
     length: int
 
     def __post_init__(self) -> None:
-        if not isinstance(self.identifier, str) or not self.identifier.strip():
-            raise ValueError(f"identifier must be a non-blank string, got {self.identifier!r}")
-        for name, low in (("offset", 0), ("length", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-            object.__setattr__(self, name, int(value))  # numpy ints would hash differently
+        if not check_str("identifier", self.identifier).strip():
+            raise ValueError(f"identifier must not be blank, got {self.identifier!r}")
+        for name, low in (("offset", 0), ("length", 1)):  # as int: numpy ints would hash differently
+            object.__setattr__(self, name, check_int(name, getattr(self, name), low=low))
 
     @property
     def end(self) -> int:
@@ -117,11 +112,9 @@ class RequestExtras:
     prompt_embeds: np.ndarray | Mapping[tuple[int, int], bytes] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("lora_name", "lora_path", "lora_identity", "cache_salt"):
-            _check_str(name, getattr(self, name))
         for name in ("lora_name", "lora_path", "lora_identity"):
-            if getattr(self, name) == "":
-                raise ValueError(f"{name} must be a non-empty string or None, got ''")
+            check_str(name, getattr(self, name), nonempty=True, optional=True)
+        check_str("cache_salt", self.cache_salt, optional=True)
         if self.lora_name is None and (self.lora_path is not None or self.lora_identity is not None):
             raise ValueError("lora_path / lora_identity need a lora_name (the adapter they describe)")
         if self.cache_salt == "":
@@ -198,13 +191,7 @@ def as_token_array(token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
 
 def _python_ints(token_ids: Sequence[object]) -> np.ndarray:
     """A list of Python ints as ``uint64`` (values up to 2**64 - 1), or a clear error."""
-    values = list(token_ids)
-    for i, value in enumerate(values):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"token_ids must be integers, got {value!r} at position {i}")
-        if not 0 <= value <= U64_MASK:
-            raise ValueError(f"token_ids must be in [0, 2**64), got {value} at position {i}")
-    return np.array(values, dtype=np.uint64)
+    return np.array([check_u64(f"token_ids[{i}]", value) for i, value in enumerate(token_ids)], dtype=np.uint64)
 
 
 class BlockHasher(ABC):
@@ -246,7 +233,7 @@ class BlockHasher(ABC):
         Raises:
             ValueError: ``n_tokens`` is not an integer >= 0.
         """
-        n_tokens = check_count(n_tokens, "n_tokens")
+        n_tokens = _check_count("n_tokens", n_tokens)
         full, rest = divmod(n_tokens, self.block_size)
         return full + (1 if rest and self.hashes_partial_tail else 0)
 
@@ -259,14 +246,13 @@ MAX_BLOCK_SIZE = 2**31 - 1
 
 
 def check_count(value: object, name: str) -> int:
-    """Validate a count (integer >= 0) and return it as ``int``.
+    """:func:`kvlab.core.validate.check_count` with the arguments the other way round, for
+    ``kvlab.blockpool`` until it calls ``kvlab.core.validate`` itself (then this goes).
 
     Raises:
         ValueError: naming the parameter and the value.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-    return int(value)
+    return _check_count(name, value)
 
 
 def check_block_size(block_size: object, name: str = "block_size") -> int:
@@ -275,11 +261,10 @@ def check_block_size(block_size: object, name: str = "block_size") -> int:
     Raises:
         ValueError: naming the parameter and the value.
     """
-    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {block_size!r}")
+    block_size = check_positive(name, block_size)
     if block_size > MAX_BLOCK_SIZE:
         raise ValueError(f"{name} must be below 2**31, got {block_size}")
-    return int(block_size)
+    return block_size
 
 
 def u64_from_bytes_last8(digest: bytes) -> int:
@@ -345,17 +330,6 @@ def normalize_engine_hash(value: bytes | int) -> int:
     return u64_from_signed(int(value))
 
 
-def check_u64(name: str, value: object) -> int:
-    """Validate a 64-bit unsigned key (an ``int`` in ``[0, 2**64)``, not a bool) and return it.
-
-    Raises:
-        ValueError: naming ``name`` and the value.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= U64_MASK:
-        raise ValueError(f"{name} must be an integer in [0, 2**64), got {value!r}")
-    return int(value)
-
-
 def as_u32_tokens(token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
     """Token ids as ``uint32[n]`` (llm-d's ``[]uint32``, Dynamo's ``&[u32]``), checked.
 
@@ -392,8 +366,7 @@ def block_mm_identifiers(mm_items: Sequence[MMItem], n_blocks: int, block_size: 
         [('a',), ('a', 'b'), ()]
     """
     block_size = check_block_size(block_size)
-    if isinstance(n_blocks, bool) or not isinstance(n_blocks, (int, np.integer)) or n_blocks < 0:
-        raise ValueError(f"n_blocks must be an integer >= 0, got {n_blocks!r}")
+    n_blocks = _check_count("n_blocks", n_blocks)
     if not all(isinstance(item, MMItem) for item in mm_items):
         raise ValueError(f"mm_items must be MMItem values, got {mm_items!r}")
     per_block: list[list[str]] = [[] for _ in range(n_blocks)]

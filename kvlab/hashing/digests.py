@@ -23,6 +23,8 @@ from collections.abc import Callable
 import cbor2
 import xxhash
 
+from kvlab.core.validate import check_choice, check_str
+
 HASH_ALGOS = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
 #: Seed vLLM hashes for NONE_HASH when PYTHONHASHSEED is unset (sha256 algos; PR #51875).
 DEFAULT_NONE_HASH_SEED = "vllm-none-hash"
@@ -79,13 +81,13 @@ def none_hash(algo: str, seed: str) -> bytes:
         >>> none_hash("sha256_cbor", DEFAULT_NONE_HASH_SEED).hex()[:16]
         '9bd96a485ad84efd'
     """
-    if not isinstance(seed, str):
-        raise ValueError(f"seed must be a string (PYTHONHASHSEED semantics), got {seed!r}")
-    return hash_fn(algo)(seed)
+    return hash_fn(algo)(check_str("seed", seed))
 
 
 def check_algo(algo: str) -> str:
-    """Raise ``ValueError`` naming the known algos unless ``algo`` is one of them."""
-    if algo not in HASH_ALGOS:
-        raise ValueError(f"unknown hash algo {algo!r}; known: {list(HASH_ALGOS)}")
-    return algo
+    """``algo`` when it is one of :data:`HASH_ALGOS`.
+
+    Raises:
+        ValueError: names the known algos and the value.
+    """
+    return check_choice("algo", algo, HASH_ALGOS)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import xxhash
 
+from kvlab.core.validate import check_choice, check_flag, check_str, check_u64
 from kvlab.hashing.base import (
     U64_MASK,
     BlockHasher,
@@ -25,7 +26,6 @@ from kvlab.hashing.base import (
     as_u32_tokens,
     block_mm_identifiers,
     check_block_size,
-    check_u64,
     resolve_extras,
 )
 
@@ -57,9 +57,7 @@ def salted_seed(lora_name: str | None = None, cache_namespace: str | None = None
     """
     seed = DYNAMO_SEED
     for name, value, salt_seed in (("lora_name", lora_name, 0), ("cache_namespace", cache_namespace, 1)):
-        if value is not None and not isinstance(value, str):
-            raise ValueError(f"{name} must be a string or None, got {value!r}")
-        if value:
+        if check_str(name, value, optional=True):
             seed = (seed + xxhash.xxh3_64_intdigest(value.encode(), seed=salt_seed)) & U64_MASK
     return seed
 
@@ -91,12 +89,9 @@ def mm_hash_from_identifier(identifier: str, offset_tagged: bool = True, lora_na
         >>> mm_hash_from_identifier("img-0"), mm_hash_from_identifier("img-0", offset_tagged=False)
         (16320814743281577664, None)
     """
-    if not isinstance(identifier, str):
-        raise ValueError(f"identifier must be a string, got {identifier!r}")
-    if not isinstance(offset_tagged, bool):
-        raise ValueError(f"offset_tagged must be a bool, got {offset_tagged!r}")
-    if lora_name is not None and not isinstance(lora_name, str):
-        raise ValueError(f"lora_name must be a string or None, got {lora_name!r}")
+    check_str("identifier", identifier)
+    offset_tagged = check_flag("offset_tagged", offset_tagged)
+    check_str("lora_name", lora_name, optional=True)
     if not identifier or (not offset_tagged and identifier == lora_name):
         return None
     if _is_vllm_digest(identifier):
@@ -120,9 +115,7 @@ def storage_tier_from_medium(medium: str | None) -> str:
     """
     if medium is None:
         return "Device"
-    if not isinstance(medium, str) or medium not in MEDIUM_TIERS:
-        raise ValueError(f"unknown medium {medium!r}; known: {sorted(MEDIUM_TIERS)}")
-    return MEDIUM_TIERS[medium]
+    return MEDIUM_TIERS[check_choice("medium", medium, sorted(MEDIUM_TIERS))]
 
 
 class DynamoHasher(BlockHasher):
@@ -155,9 +148,7 @@ class DynamoHasher(BlockHasher):
 
     def __init__(self, *, block_size: int, is_eagle: bool = False) -> None:
         self.block_size = check_block_size(block_size)
-        if not isinstance(is_eagle, bool):
-            raise ValueError(f"is_eagle must be a bool, got {is_eagle!r}")
-        self.is_eagle = is_eagle
+        self.is_eagle = check_flag("is_eagle", is_eagle)
 
     def n_hashed_blocks(self, n_tokens: int) -> int:
         """Full windows in ``n_tokens`` tokens: ``n // B``, or ``(n - 1) // B`` with Eagle."""

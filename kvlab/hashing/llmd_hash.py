@@ -27,6 +27,7 @@ import cbor2
 import numpy as np
 from numba import njit
 
+from kvlab.core.validate import check_str, check_u64
 from kvlab.hashing.base import (
     U64_MASK,
     BlockHasher,
@@ -34,7 +35,6 @@ from kvlab.hashing.base import (
     as_u32_tokens,
     block_mm_identifiers,
     check_block_size,
-    check_u64,
     normalize_engine_hash,
     resolve_extras,
 )
@@ -116,12 +116,6 @@ def fnv1a_64(data: bytes) -> int:
     return int(_fnv_bytes(_FNV_OFFSET, np.frombuffer(data, dtype=np.uint8)))
 
 
-def _check_str(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string, got {value!r}")
-    return value
-
-
 class LlmdHasher(BlockHasher):
     """llm-d request keys: FNV-1a-64 over canonical CBOR, chained from a model-salted root.
 
@@ -156,8 +150,8 @@ class LlmdHasher(BlockHasher):
 
     def __init__(self, *, block_size: int = 16, hash_seed: str = "", model_name: str = "") -> None:
         self.block_size = check_block_size(block_size)
-        self.hash_seed = _check_str("hash_seed", hash_seed)
-        self.model_name = _check_str("model_name", model_name)
+        self.hash_seed = check_str("hash_seed", hash_seed)
+        self.model_name = check_str("model_name", model_name)
         self.init_hash = fnv1a_64(hash_seed.encode())
         self._roots: dict[tuple[int, str], int] = {}  # (init hash, model) -> root key
 
@@ -179,7 +173,7 @@ class LlmdHasher(BlockHasher):
         Raises:
             ValueError: ``model_name`` is not a string or None.
         """
-        model = self.model_name if model_name is None else _check_str("model_name", model_name)
+        model = self.model_name if model_name is None else check_str("model_name", model_name)
         cache_key = (self.init_hash, model)
         root = self._roots.get(cache_key)
         if root is None:

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 import blake3
 import numpy as np
 
+from kvlab.core.validate import check_choice, check_count, check_flag, check_int, check_str
 from kvlab.hashing.base import (
     U64_MASK,
     BlockHasher,
@@ -73,9 +74,7 @@ def hex_hash_to_int16(identifier: str) -> int:
         >>> hex_hash_to_int16("0x123456"), hex_hash_to_int16(" FfFf ")
         (13398, 65535)
     """
-    if not isinstance(identifier, str):
-        raise ValueError(f"identifier must be a string, got {identifier!r}")
-    stripped = identifier.strip()
+    stripped = check_str("identifier", identifier).strip()
     hex_part = stripped[2:] if stripped.lower().startswith("0x") else stripped
     if hex_part and all(c in string.hexdigits for c in hex_part):
         return int(hex_part, 16) & 0xFFFF
@@ -101,12 +100,9 @@ def mm_placeholder_values(identifier: str, length: int) -> list[int]:
         >>> values[:3] == mm_placeholder_values("img", 3), all(0 <= v < 2**31 for v in values)
         (True, True)
     """
-    if not isinstance(identifier, str):
-        raise ValueError(f"identifier must be a string, got {identifier!r}")
-    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0:
-        raise ValueError(f"length must be an integer >= 0, got {length!r}")
-    data = identifier.encode("utf-8")
-    stream = b"".join(hashlib.sha256(data + k.to_bytes(8, "big")).digest() for k in range(-(-int(length) // 8)))
+    data = check_str("identifier", identifier).encode("utf-8")
+    length = check_count("length", length)
+    stream = b"".join(hashlib.sha256(data + k.to_bytes(8, "big")).digest() for k in range(-(-length // 8)))
     return (np.frombuffer(stream, dtype=">u4")[:length] & _INT31_MASK).tolist()
 
 
@@ -136,8 +132,7 @@ def apply_mm_placeholders(token_ids: Sequence[int] | np.ndarray, mm_items: Seque
         >>> apply_mm_placeholders([7, 7, 7, 7], [MMItem("0xabcd", 1, 2)], "int16_legacy").tolist()
         [7, 43981, 43981, 7]
     """
-    if mm_placeholder not in MM_PLACEHOLDER_MODES:
-        raise ValueError(f"mm_placeholder must be one of {list(MM_PLACEHOLDER_MODES)}, got {mm_placeholder!r}")
+    check_choice("mm_placeholder", mm_placeholder, MM_PLACEHOLDER_MODES)
     if not all(isinstance(item, MMItem) for item in mm_items):
         raise ValueError(f"mm_items must be MMItem values, got {mm_items!r}")
     tokens = as_token_array(token_ids).copy()
@@ -231,19 +226,13 @@ class LMCacheHasher(BlockHasher):
                  save_unfull_chunk: bool = False, vllm_importable: bool = True,
                  none_hash_seed: str | None = None, mm_placeholder: str = "per_position") -> None:
         self.block_size = check_block_size(chunk_size, "chunk_size")
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
+        check_choice("mode", mode, MODES)
         algos = CHUNKED_ALGOS if mode == "chunked_token_db" else MP_ALGOS
-        algo = _DEFAULT_ALGO[mode] if algo is None else algo
-        if algo not in algos:
-            raise ValueError(f"algo for mode {mode!r} must be one of {list(algos)}, got {algo!r}")
-        for pname, flag in (("save_unfull_chunk", save_unfull_chunk), ("vllm_importable", vllm_importable)):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{pname} must be a bool, got {flag!r}")
-        if mm_placeholder not in MM_PLACEHOLDER_MODES:
-            raise ValueError(f"mm_placeholder must be one of {list(MM_PLACEHOLDER_MODES)}, got {mm_placeholder!r}")
-        if none_hash_seed is not None and not isinstance(none_hash_seed, str):
-            raise ValueError(f"none_hash_seed must be a string or None, got {none_hash_seed!r}")
+        algo = check_choice(f"algo for mode {mode!r}", _DEFAULT_ALGO[mode] if algo is None else algo, algos)
+        save_unfull_chunk = check_flag("save_unfull_chunk", save_unfull_chunk)
+        vllm_importable = check_flag("vllm_importable", vllm_importable)
+        check_choice("mm_placeholder", mm_placeholder, MM_PLACEHOLDER_MODES)
+        check_str("none_hash_seed", none_hash_seed, optional=True)
         if mode == "mp_token_hasher":
             if save_unfull_chunk:
                 raise ValueError("save_unfull_chunk=True is not available with mode 'mp_token_hasher' "
@@ -324,9 +313,5 @@ class LMCacheHasher(BlockHasher):
             if not isinstance(block_hash, bytes):
                 raise ValueError(f"block_hash must be digest bytes in mode 'mp_token_hasher', got {block_hash!r}")
             return u64_from_bytes_last8(block_hash)
-        if isinstance(block_hash, bool) or not isinstance(block_hash, (int, np.integer)) \
-                or not -(1 << 63) <= block_hash <= U64_MASK:
-            raise ValueError(f"block_hash must be an integer in [-2**63, 2**64) in mode 'chunked_token_db', "
-                             f"got {block_hash!r}")
-        return u64_from_signed(int(block_hash))
+        return u64_from_signed(check_int("block_hash", block_hash, low=-(1 << 63), high=U64_MASK))
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kvlab.core.validate import check_choice, check_int, check_str
 from kvlab.hashing.base import BlockHasher, RequestExtras, as_token_array, check_block_size, u64_from_signed
 
 EVENT_FORMATS = ("default", "dynamo")
@@ -82,13 +83,11 @@ def sha256_page_chain(token_ids: Sequence[int] | np.ndarray, page_size: int, pri
 def _namespace_parts(extra_key: str | None, cache_salt: str | None) -> bytes:
     parts = b""
     for name, part in (("extra_key", extra_key), ("cache_salt", cache_salt)):
-        if part is None:
+        if check_str(name, part, optional=True) is None:
             parts += b"\x00"
-        elif isinstance(part, str):
+        else:
             encoded = part.encode("utf-8")
             parts += b"\x01" + len(encoded).to_bytes(8, "little") + encoded
-        else:
-            raise ValueError(f"{name} must be a string or None, got {part!r}")
     return parts
 
 
@@ -122,10 +121,8 @@ def event_chain_seed(cache_salt: str | None) -> str | None:
         >>> event_chain_seed("tenant")[:16]
         '009616397db85793'
     """
-    if cache_salt is None:
+    if check_str("cache_salt", cache_salt, optional=True) is None:
         return None
-    if not isinstance(cache_salt, str):
-        raise ValueError(f"cache_salt must be a string or None, got {cache_salt!r}")
     return hashlib.sha256(CACHE_SALT_TAG + cache_salt.encode("utf-8")).hexdigest()
 
 
@@ -174,12 +171,10 @@ def namespaced_block_hash(block_hash: int, namespace_seed: bytes) -> int:
         >>> namespaced_block_hash(123, kv_event_namespace_seed("lora-a", None))  # SGLang's pinned test value
         9220659119954863560
     """
-    if isinstance(block_hash, bool) or not isinstance(block_hash, (int, np.integer)) \
-            or not -(1 << 63) <= block_hash < (1 << 63):
-        raise ValueError(f"block_hash must be an int64, got {block_hash!r}")
+    block_hash = check_int("block_hash", block_hash, low=-(1 << 63), high=(1 << 63) - 1)
     if not isinstance(namespace_seed, bytes) or len(namespace_seed) != 32:
         raise ValueError(f"namespace_seed must be 32 bytes, got {namespace_seed!r}")
-    digest = hashlib.sha256(namespace_seed + int(block_hash).to_bytes(8, "big", signed=True)).digest()
+    digest = hashlib.sha256(namespace_seed + block_hash.to_bytes(8, "big", signed=True)).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
@@ -228,9 +223,7 @@ class SGLangHasher(BlockHasher):
 
     def __init__(self, *, page_size: int, event_format: str = "default") -> None:
         self.block_size = check_block_size(page_size, "page_size")
-        if event_format not in EVENT_FORMATS:
-            raise ValueError(f"event_format must be one of {list(EVENT_FORMATS)}, got {event_format!r}")
-        self.event_format = event_format
+        self.event_format = check_choice("event_format", event_format, EVENT_FORMATS)
 
     @staticmethod
     def _namespace(extras: RequestExtras | None) -> tuple[str | None, str | None]:

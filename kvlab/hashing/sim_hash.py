@@ -21,12 +21,12 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
+from kvlab.core.validate import check_flag, check_u64
 from kvlab.hashing.base import (
     BlockHasher,
     RequestExtras,
     as_token_array,
     check_block_size,
-    check_u64,
     resolve_extras,
 )
 
@@ -102,9 +102,8 @@ def chain_u64(token_ids: Sequence[int] | np.ndarray, block_size: int, seed: int 
     """
     tokens = as_token_array(token_ids)
     block_size = check_block_size(block_size)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
-        raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
-    return _chain(tokens, block_size, np.uint64(seed), bool(partial_tail))
+    seed = check_u64("seed", seed)
+    return _chain(tokens, block_size, np.uint64(seed), check_flag("partial_tail", partial_tail))
 
 
 class SimHasher(BlockHasher):
@@ -131,11 +130,8 @@ class SimHasher(BlockHasher):
 
     def __init__(self, block_size: int, seed: int = 0, *, partial_tail: bool = False) -> None:
         self.block_size = check_block_size(block_size)
-        chain_u64([], self.block_size, seed)  # validates the seed
-        if not isinstance(partial_tail, bool):
-            raise ValueError(f"partial_tail must be a bool, got {partial_tail!r}")
-        self.seed = int(seed)
-        self.hashes_partial_tail = partial_tail
+        self.seed = check_u64("seed", seed)
+        self.hashes_partial_tail = check_flag("partial_tail", partial_tail)
 
     def block_hashes(self, token_ids: Sequence[int] | np.ndarray,
                      extras: RequestExtras | None = None) -> list[int]:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kvlab.core.validate import check_count, check_rng, check_str
 from kvlab.hashing.base import (
     BlockHasher,
     RequestExtras,
@@ -53,12 +54,6 @@ def _uint64_tokens(token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
     """Checked token ids as ``uint64[n]`` (non-negative, so the int64 view is exact)."""
     tokens = as_token_array(token_ids)
     return tokens.view(np.uint64) if tokens.dtype == np.int64 else tokens
-
-
-def _check_n_tokens(n_tokens: object) -> int:
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, (int, np.integer)) or n_tokens < 0:
-        raise ValueError(f"n_tokens must be an integer >= 0, got {n_tokens!r}")
-    return int(n_tokens)
 
 
 class VllmHasher(BlockHasher):
@@ -126,10 +121,8 @@ class VllmHasher(BlockHasher):
                  rng: np.random.Generator | None = None) -> None:
         self.algo = check_algo(algo)
         self.block_size = check_block_size(block_size)
-        if seed is not None and not isinstance(seed, str):
-            raise ValueError(f"seed must be a string (PYTHONHASHSEED semantics) or None, got {seed!r}")
-        if rng is not None and not isinstance(rng, np.random.Generator):
-            raise ValueError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
+        check_str("seed", seed, optional=True)  # PYTHONHASHSEED semantics
+        check_rng("rng", rng, optional=True)
         if rng is not None and (seed is not None or algo not in _RANDOM_SEED_ALGOS):
             raise ValueError(f"rng is only used for the xxhash algos with seed=None, got rng={rng!r} with "
                              f"algo={algo!r}, seed={seed!r}")
@@ -196,7 +189,7 @@ class VllmHasher(BlockHasher):
         Raises:
             ValueError: negative ``n_tokens`` or invalid extras.
         """
-        return BlockExtraKeys(extras, self.block_size).next_blocks(_check_n_tokens(n_tokens) // self.block_size)
+        return BlockExtraKeys(extras, self.block_size).next_blocks(check_count("n_tokens", n_tokens) // self.block_size)
 
     def event_extra_keys(self, n_tokens: int, extras: RequestExtras | None = None) -> list[tuple | None] | None:
         """``BlockStored.extra_keys`` for the full blocks of an ``n_tokens`` prompt: one
@@ -217,7 +210,7 @@ class VllmHasher(BlockHasher):
         Raises:
             ValueError: negative or non-integer ``n_tokens``.
         """
-        n_tokens = _check_n_tokens(n_tokens)
+        n_tokens = check_count("n_tokens", n_tokens)
         return max(n_tokens - 1, 0) // self.block_size * self.block_size
 
     def incremental(self, extras: RequestExtras | None = None) -> VllmIncrementalHasher:

@@ -33,6 +33,7 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
+from kvlab.core.validate import check_choice, check_int
 from kvlab.hashing.digests import digester, hash_fn
 
 #: CPython's ``_pickle.c`` ``FRAME_SIZE_TARGET``: frames are split once they reach it.
@@ -148,8 +149,7 @@ def pickle_parts(blocks: np.ndarray, parent_len: int) -> tuple[list[bytes], list
     if not isinstance(blocks, np.ndarray) or blocks.dtype != np.uint64 or blocks.ndim != 2 or blocks.shape[1] < 1:
         raise ValueError(f"blocks must be a uint64[n_blocks, block_size >= 1] array, got "
                          f"{getattr(blocks, 'dtype', type(blocks).__name__)} {getattr(blocks, 'shape', '')}")
-    if isinstance(parent_len, bool) or not isinstance(parent_len, int) or not 1 <= parent_len <= 255:
-        raise ValueError(f"parent_len must be an integer in 1..255, got {parent_len!r}")
+    parent_len = check_int("parent_len", parent_len, low=1, high=255)
     if blocks.shape[0] == 0:
         return [], []
     long_ints = True if int(blocks.max()) >= _LONG1_FROM else None
@@ -187,8 +187,7 @@ def chain_without_extras(algo: str, parent: bytes, blocks: np.ndarray) -> list[b
         >>> chain_without_extras("sha256", root, np.array([[1, 2, 3, 4]], np.uint64))[0].hex()[:16]
         '52a7f141c60918f6'
     """
-    if algo not in PICKLE_ALGOS:
-        raise ValueError(f"algo must be one of {list(PICKLE_ALGOS)} (pickle-based), got {algo!r}")
+    check_choice("algo", algo, PICKLE_ALGOS)  # the pickle-based ones
     sha256, digest, hash_obj = hashlib.sha256, digester(algo), hash_fn(algo)
     hashes: list[bytes] = []
     h = parent

@@ -21,13 +21,10 @@ backend's primitives (``_add``, ``_lookup``, ``_evict``, ``_clear``, ``_request_
 from __future__ import annotations
 
 import heapq
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 
-import numpy as np
-
-from kvlab.hashing.base import check_u64
+from kvlab.core.validate import check_choice, check_real, check_str, check_u64
 from kvlab.hashing.llmd_hash import check_key_counts, map_engine_to_request_keys
 from kvlab.index.types import (
     DEFAULT_TIER,
@@ -92,7 +89,8 @@ class Index(ABC):
         >>> index = InMemoryIndex()
         >>> index.add([100, 200], [1000, 2000], [PodEntry("pod-a")])
         >>> index.lookup([1000, 2000, 3000])
-        {1000: (PodEntry(pod='pod-a', tier='gpu', speculative=False, group=None),), 2000: (PodEntry(pod='pod-a', tier='gpu', speculative=False, group=None),)}
+        {1000: (PodEntry(pod='pod-a', tier='gpu', speculative=False, group=None),),
+         2000: (PodEntry(pod='pod-a', tier='gpu', speculative=False, group=None),)}
         >>> index.evict(200, "engine", [PodEntry("pod-a")])
         >>> list(index.lookup([1000, 2000])), index.get_request_key(200)
         ([1000], None)
@@ -103,8 +101,8 @@ class Index(ABC):
             raise ValueError(f"tiers must be a collection of tier names, got the string {tiers!r}")
         names = tuple(tiers)
         for name in names:
-            if not isinstance(name, str) or not name or name != name.lower():
-                raise ValueError(f"tier names must be non-empty lower-case strings, got {name!r}")
+            if check_str("tier name", name, nonempty=True) != name.lower():
+                raise ValueError(f"tier names must be lower-case, got {name!r}")
         if not names:
             raise ValueError("tiers must name at least one tier")
         repeated = next((name for i, name in enumerate(names) if name in names[:i]), None)
@@ -161,8 +159,7 @@ class Index(ABC):
                 non-string, an unknown ``stop``.
         """
         keys = check_keys("request_keys", request_keys)
-        if stop not in LOOKUP_STOPS:
-            raise ValueError(f"stop must be one of {LOOKUP_STOPS}, got {stop!r}")
+        check_choice("stop", stop, LOOKUP_STOPS)
         return self._lookup(keys, _check_pods(pods), stop == "first_miss")
 
     def evict(self, key: int, key_type: str, entries: Sequence[PodEntry]) -> None:
@@ -177,8 +174,7 @@ class Index(ABC):
             ValueError: a bad key, an unknown ``key_type``, empty ``entries``, an unknown tier.
         """
         key = check_u64("key", key)
-        if key_type not in KEY_TYPES:
-            raise ValueError(f"key_type must be one of {KEY_TYPES}, got {key_type!r}")
+        check_choice("key_type", key_type, KEY_TYPES)
         self._evict(key, key_type, check_entries(entries, self.tiers))
 
     def clear(self, pod: str, tier: str | None = None) -> None:
@@ -214,7 +210,7 @@ class Index(ABC):
         Raises:
             ValueError: as :meth:`add`; ``now_s`` or ``ttl_s`` not finite, ``ttl_s < 0``.
         """
-        now_s, ttl_s = _check_time("now_s", now_s), _check_time("ttl_s", ttl_s)
+        now_s, ttl_s = check_real("now_s", now_s, low=0.0), check_real("ttl_s", ttl_s, low=0.0)
         entry = PodEntry(pod, tier, speculative=True)
         keys = check_keys("request_keys", request_keys)
         self.add(None, keys, [entry])
@@ -230,7 +226,7 @@ class Index(ABC):
         Raises:
             ValueError: ``now_s`` not a finite number.
         """
-        now_s = _check_time("now_s", now_s, allow_negative=True)
+        now_s = check_real("now_s", now_s)
         expired = 0
         while self._speculative and self._speculative[0][0] <= now_s:
             _, _, key, entry = heapq.heappop(self._speculative)
@@ -295,14 +291,5 @@ def _check_pods(pods: Iterable[str] | None) -> frozenset[str] | None:
         raise ValueError(f"pods must be a collection of pod identifiers, got the string {pods!r}")
     checked = frozenset(pods)
     for pod in checked:
-        if not isinstance(pod, str) or not pod:
-            raise ValueError(f"pod identifiers must be non-empty strings, got {pod!r}")
+        check_str("pod identifier", pod, nonempty=True)
     return checked or None
-
-
-def _check_time(name: str, value: object, *, allow_negative: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value) or (
-            value < 0 and not allow_negative):
-        bound = "a finite number" if allow_negative else "a finite number >= 0"
-        raise ValueError(f"{name} must be {bound}, got {value!r}")
-    return float(value)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvlab.core.validate import check_count, check_real, check_str, rng_from_seed
 from kvlab.events.types import AllBlocksCleared, EventBatch
 from kvlab.index.ingest import EventIngestor
 
@@ -62,32 +63,16 @@ class Delivery:
     copy: bool = False
 
 
-def _check_time(name: str, value: object, *, positive: bool = False) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
-    return float(value)
-
-
-def _check_p(name: str, value: object) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not ok or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
-    return float(value)
-
-
 def _check_message(i: int, message: object) -> tuple[float, str, int, EventBatch]:
     if not isinstance(message, Sequence) or isinstance(message, (str, bytes)) or len(message) != 4:
         raise ValueError(f"messages[{i}] must be (sent_s, pod, seq, EventBatch), got {message!r}")
     sent_s, pod, seq, batch = message
-    sent_s = _check_time(f"messages[{i}] sent_s", sent_s)
-    if not isinstance(pod, str) or not pod:
-        raise ValueError(f"messages[{i}] pod must be a non-empty string, got {pod!r}")
-    if isinstance(seq, bool) or not isinstance(seq, (int, np.integer)) or seq < 0:
-        raise ValueError(f"messages[{i}] seq must be an integer >= 0, got {seq!r}")
+    sent_s = check_real(f"messages[{i}] sent_s", sent_s, low=0.0)
+    check_str(f"messages[{i}] pod", pod, nonempty=True)
+    seq = check_count(f"messages[{i}] seq", seq)
     if not isinstance(batch, EventBatch):
         raise ValueError(f"messages[{i}] batch must be an EventBatch, got {type(batch).__name__}")
-    return sent_s, pod, int(seq), batch
+    return sent_s, pod, seq, batch
 
 
 class FaultInjector:
@@ -133,19 +118,14 @@ class FaultInjector:
                  coalesce_s: float | None = None, loss_p: float = 0.0, duplicate_p: float = 0.0,
                  duplicate_lag_s: float = 0.0, swap_p: float = 0.0,
                  restarts: Iterable[tuple[float, str]] = ()) -> None:
-        if isinstance(seed, np.random.Generator):
-            self.rng = seed
-        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0:
-            self.rng = np.random.default_rng(int(seed))
-        else:
-            raise ValueError(f"seed must be an int >= 0 or a numpy Generator, got {seed!r}")
-        self.delay_s = _check_time("delay_s", delay_s)
-        self.jitter_s = _check_time("jitter_s", jitter_s)
-        self.coalesce_s = None if coalesce_s is None else _check_time("coalesce_s", coalesce_s, positive=True)
-        self.loss_p = _check_p("loss_p", loss_p)
-        self.duplicate_p = _check_p("duplicate_p", duplicate_p)
-        self.duplicate_lag_s = _check_time("duplicate_lag_s", duplicate_lag_s)
-        self.swap_p = _check_p("swap_p", swap_p)
+        self.rng = rng_from_seed("seed", seed)
+        self.delay_s = check_real("delay_s", delay_s, low=0.0)
+        self.jitter_s = check_real("jitter_s", jitter_s, low=0.0)
+        self.coalesce_s = check_real("coalesce_s", coalesce_s, low=0.0, low_open=True, optional=True)
+        self.loss_p = check_real("loss_p", loss_p, low=0.0, high=1.0)
+        self.duplicate_p = check_real("duplicate_p", duplicate_p, low=0.0, high=1.0)
+        self.duplicate_lag_s = check_real("duplicate_lag_s", duplicate_lag_s, low=0.0)
+        self.swap_p = check_real("swap_p", swap_p, low=0.0, high=1.0)
         self.restarts = self._check_restarts(restarts)
         self.stats: Counter = Counter()
 
@@ -157,10 +137,8 @@ class FaultInjector:
         for i, restart in enumerate(restarts):
             if not isinstance(restart, Sequence) or isinstance(restart, (str, bytes)) or len(restart) != 2:
                 raise ValueError(f"restarts[{i}] must be a (time_s, pod) pair, got {restart!r}")
-            pod = restart[1]
-            if not isinstance(pod, str) or not pod:
-                raise ValueError(f"restarts[{i}] pod must be a non-empty string, got {pod!r}")
-            checked.append((_check_time(f"restarts[{i}] time_s", restart[0]), pod))
+            pod = check_str(f"restarts[{i}] pod", restart[1], nonempty=True)
+            checked.append((check_real(f"restarts[{i}] time_s", restart[0], low=0.0), pod))
         return sorted(checked)
 
     def inject(self, messages: Iterable[Sequence]) -> list[Delivery]:
@@ -301,9 +279,7 @@ class DeliveryReplay:
         Raises:
             ValueError: ``t_s`` not a number, or earlier than :attr:`now_s` (time does not go back).
         """
-        ok = isinstance(t_s, (int, float, np.integer, np.floating)) and not isinstance(t_s, bool)
-        if not ok or math.isnan(t_s) or t_s < self.now_s:
-            raise ValueError(f"t_s must be a number >= now_s ({self.now_s}), got {t_s!r}")
+        t_s = check_real("t_s", t_s, low=self.now_s, finite=False)  # >= now_s: time does not go back
         start = self.applied
         while self.applied < len(self.deliveries) and self.deliveries[self.applied].delivered_s <= t_s:
             d = self.deliveries[self.applied]

@@ -48,8 +48,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from kvlab.core.validate import check_flag, check_str, check_u64
 from kvlab.events.types import BlockRemoved, BlockStored, EventBatch
 from kvlab.events.wire import DecodedBatch
 from kvlab.hashing.llmd_hash import LlmdHasher
@@ -154,12 +153,6 @@ def parse_topic(topic: str) -> tuple[str, str]:
     return parts[1], parts[2]
 
 
-def _check_seq(seq: object) -> int:
-    if isinstance(seq, bool) or not isinstance(seq, (int, np.integer)) or not 0 <= seq < 2**64:
-        raise ValueError(f"seq must be an integer in [0, 2**64), got {seq!r}")
-    return int(seq)
-
-
 class EventIngestor:
     """Applies KV-event batches to an :class:`~kvlab.index.Index`, as llm-d's event pool does.
 
@@ -221,13 +214,12 @@ class EventIngestor:
             raise ValueError("give either hasher or block_size_tokens / hash_seed / model_name, not both")
         if on_gap is not None and not callable(on_gap):
             raise ValueError(f"on_gap must be callable or None, got {on_gap!r}")
-        if not isinstance(use_groups, (bool, np.bool_)):
-            raise ValueError(f"use_groups must be a bool, got {use_groups!r}")
+        use_groups = check_flag("use_groups", use_groups)
         self.index = index
         self.hasher = hasher
         self.on_gap = on_gap
-        self.use_groups = bool(use_groups)
-        self.initial_seq = None if initial_seq is None else _check_seq(initial_seq)
+        self.use_groups = use_groups
+        self.initial_seq = None if initial_seq is None else check_u64("initial_seq", initial_seq)
         self.stats = IngestStats()
         self._publishers: dict[tuple[str, int | None], _Publisher] = {}
 
@@ -270,11 +262,9 @@ class EventIngestor:
                 :class:`~kvlab.events.EventBatch`. Errors of single events are recorded
                 in :attr:`stats` instead.
         """
-        if not isinstance(pod, str) or not pod:
-            raise ValueError(f"pod must be a non-empty string, got {pod!r}")
-        if model is not None and (not isinstance(model, str) or not model):
-            raise ValueError(f"model must be None or a non-empty string, got {model!r}")
-        seq = _check_seq(seq)
+        check_str("pod", pod, nonempty=True)
+        check_str("model", model, nonempty=True, optional=True)
+        seq = check_u64("seq", seq)
         if not isinstance(batch, EventBatch):
             raise ValueError(f"batch must be an EventBatch, got {type(batch).__name__}")
         outcome = self._sequence(pod, seq, batch)

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 
-import numpy as np
-
+from kvlab.core.validate import check_positive
 from kvlab.index.base import Index, entry_sort_key
 from kvlab.index.types import ENGINE_KEY, KNOWN_TIERS, PodEntry
 
@@ -22,12 +21,6 @@ from kvlab.index.types import ENGINE_KEY, KNOWN_TIERS, PodEntry
 DEFAULT_INDEX_SIZE = 100_000_000
 #: llm-d ``defaultPodsPerKey``: entries one request key holds at most.
 DEFAULT_POD_CACHE_SIZE = 10
-
-
-def _check_capacity(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{name} must be an integer > 0, got {value!r}")
-    return int(value)
 
 
 def sorted_request_keys(positions: dict[int, int]) -> list[int]:
@@ -75,8 +68,8 @@ class InMemoryIndex(Index):
 
     def __init__(self, *, size: int = DEFAULT_INDEX_SIZE, pod_cache_size: int = DEFAULT_POD_CACHE_SIZE,
                  tiers: Iterable[str] = KNOWN_TIERS) -> None:
-        self.size = _check_capacity("size", size)
-        self.pod_cache_size = _check_capacity("pod_cache_size", pod_cache_size)
+        self.size = check_positive("size", size)
+        self.pod_cache_size = check_positive("pod_cache_size", pod_cache_size)
         super().__init__(tiers=tiers)
         # request key -> its entries (a dict in insertion order), least recently used first (both levels)
         self._data: OrderedDict[int, dict[PodEntry, None]] = OrderedDict()
@@ -86,7 +79,7 @@ class InMemoryIndex(Index):
         self._engine: OrderedDict[int, dict[int, int]] = OrderedDict()
 
     def _add(self, triples: list[tuple[int, int, int]] | None, request_keys: list[int], entries: list[PodEntry],
-             parent: int | None) -> None:
+             parent: int | None) -> None:  # noqa: ARG002 - the Index contract's signature; a flat index keeps no parents
         data, engine, cached = self._data, self._engine, self._sorted
         for engine_key, request_key, position in triples or ():
             positions = engine.get(engine_key)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
+from kvlab.core.validate import check_flag
 from kvlab.index.base import Index, _check_pods, entry_sort_key
 from kvlab.index.memory import sorted_request_keys
 from kvlab.index.types import ENGINE_KEY, KNOWN_TIERS, PodEntry, check_keys
@@ -98,8 +99,7 @@ class RadixIndex(Index):
             ValueError: a bad key; ``early_exit`` not a bool.
         """
         keys = check_keys("request_keys", request_keys, allow_empty=True)
-        if not isinstance(early_exit, bool):
-            raise ValueError(f"early_exit must be a bool, got {early_exit!r}")
+        early_exit = check_flag("early_exit", early_exit)
         scores: dict[str, int] = {}
         node = self._root
         for key in keys:

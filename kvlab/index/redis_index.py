@@ -21,7 +21,6 @@ notebooks, tests and benchmarks.
 
 from __future__ import annotations
 
-import math
 import re
 import shutil
 import socket
@@ -36,6 +35,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from kvlab.core.validate import check_real, check_str
 from kvlab.index.base import Index, entry_sort_key
 from kvlab.index.types import ENGINE_KEY, KNOWN_TIERS, PodEntry
 
@@ -82,8 +82,8 @@ def redis_url(address: str) -> str:
         >>> redis_url("10.0.0.5:6379"), redis_url("valkeys://cache:6380/0")
         ('redis://10.0.0.5:6379', 'rediss://cache:6380/0')
     """
-    if not isinstance(address, str) or not address.strip():
-        raise ValueError(f"url must be a non-empty Redis address string, got {address!r}")
+    if not check_str("url", address).strip():
+        raise ValueError(f"url must not be blank, got {address!r}")
     address = address.strip()
     scheme, sep, rest = address.partition("://")
     if not sep:
@@ -154,11 +154,9 @@ class RedisIndex(Index):
     def __init__(self, url: str | redis.Redis = DEFAULT_REDIS_URL, *, namespace: str = "",
                  tiers: Iterable[str] = KNOWN_TIERS, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
         super().__init__(tiers=tiers)
-        if not isinstance(namespace, str) or namespace[-1:].isdigit():
-            raise ValueError(f"namespace must be a string not ending with a digit, got {namespace!r}")
-        if (isinstance(connect_timeout_s, bool) or not isinstance(connect_timeout_s, (int, float))
-                or not 0 < connect_timeout_s < math.inf):
-            raise ValueError(f"connect_timeout_s must be a finite number > 0, got {connect_timeout_s!r}")
+        if check_str("namespace", namespace)[-1:].isdigit():  # a digit would run into the request key
+            raise ValueError(f"namespace must not end with a digit, got {namespace!r}")
+        connect_timeout_s = check_real("connect_timeout_s", connect_timeout_s, low=0.0, low_open=True)
         if isinstance(url, redis.Redis):
             self.client, self.url, self._owns_client = url, repr(url), False
             probe = url
@@ -288,7 +286,7 @@ class RedisIndex(Index):
 
     # ---- backend primitives -------------------------------------------------------------
     def _add(self, triples: list[tuple[int, int, int]] | None, request_keys: list[int], entries: list[PodEntry],
-             parent: int | None) -> None:
+             parent: int | None) -> None:  # noqa: ARG002 - the Index contract's signature; a flat index keeps no parents
         fields = dict.fromkeys((entry.to_json() for entry in entries), "")
         pipe = self.client.pipeline(transaction=True)
         for key in request_keys:

@@ -30,15 +30,14 @@ from typing import ClassVar
 
 import numpy as np
 
+from kvlab.core.validate import check_choice, check_count, check_real, check_rng
 from kvlab.hashing.base import BlockHasher, as_u32_tokens
 from kvlab.index.base import Index
 from kvlab.index.select import (
     NO_LOAD,
     PodLoad,
     check_loads,
-    check_number,
     check_pod_list,
-    check_rng,
     dynamo_cost,
     dynamo_select,
     pick_max,
@@ -79,9 +78,7 @@ def request_keys_for_tokens(tokens: Sequence[int] | np.ndarray, hasher: BlockHas
     """
     if not isinstance(hasher, BlockHasher):
         raise ValueError(f"hasher must be a kvlab.hashing BlockHasher, got {type(hasher).__name__} {hasher!r}")
-    n = truncate_prompt_tokens
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"truncate_prompt_tokens must be an integer >= 0, got {n!r}")
+    n = check_count("truncate_prompt_tokens", truncate_prompt_tokens)
     token_ids = as_u32_tokens(tokens)
     if 0 < n < len(token_ids):
         token_ids = token_ids[len(token_ids) - n:]
@@ -197,7 +194,7 @@ class Scorer(ABC):
             ValueError: as :meth:`score`; ``rng`` not a Generator.
         """
         pod_list = check_pod_list(pods)
-        check_rng(rng)
+        check_rng("rng", rng)
         if not pod_list:
             return None
         return pick_max(self.score(request_keys, index, pod_list, loads=loads), pod_list, rng)
@@ -239,10 +236,11 @@ class LongestPrefixScorer(Scorer):
             if tier not in allowed:
                 raise ValueError(f"tier_weights names unknown tier {tier!r}; known tiers are {sorted(allowed)} "
                                  "(pass tiers=index.tiers for custom tiers)")
-        self.tier_weights = {tier: check_number(f"tier_weights[{tier!r}]", value) for tier, value in weights.items()}
+        self.tier_weights = {tier: check_real(f"tier_weights[{tier!r}]", value, low=0.0)
+                             for tier, value in weights.items()}
 
     def score_lookup(self, request_keys: Sequence[int], hits: Hits, pods: Sequence[str] | None = None,
-                     loads: Mapping[str, PodLoad] | None = None) -> dict[str, float]:
+                     loads: Mapping[str, PodLoad] | None = None) -> dict[str, float]:  # noqa: ARG002 - the Scorer contract's signature; this scorer ignores load
         """Weighted consecutive-prefix scores (``loads`` unused)."""
         return prefix_weights(request_keys, hits, lambda entry: self.tier_weights.get(entry.tier, 1.0), pods)
 
@@ -267,7 +265,7 @@ class MaxPrefixScorer(Scorer):
     lookup_stop = "never"
 
     def score_lookup(self, request_keys: Sequence[int], hits: Hits, pods: Sequence[str] | None = None,
-                     loads: Mapping[str, PodLoad] | None = None) -> dict[str, float]:
+                     loads: Mapping[str, PodLoad] | None = None) -> dict[str, float]:  # noqa: ARG002 - the Scorer contract's signature; this scorer ignores load
         """Matched fractions of every candidate (``loads`` unused)."""
         keep = None if pods is None else set(pods) or None
         candidates = {entry.pod for key in request_keys for entry in hits.get(key, ())
@@ -309,8 +307,8 @@ class DynamoCostScorer(Scorer):
     lower_is_better = True
 
     def __init__(self, overlap_weight: float = 1.0, temperature: float = 0.0) -> None:
-        self.overlap_weight = check_number("overlap_weight", overlap_weight)
-        self.temperature = check_number("temperature", temperature)
+        self.overlap_weight = check_real("overlap_weight", overlap_weight, low=0.0)
+        self.temperature = check_real("temperature", temperature, low=0.0)
 
     def score_lookup(self, request_keys: Sequence[int], hits: Hits, pods: Sequence[str] | None = None,
                      loads: Mapping[str, PodLoad] | None = None) -> dict[str, float]:
@@ -331,7 +329,7 @@ class DynamoCostScorer(Scorer):
         """Dynamo's choice (rule D9): the lowest cost at temperature 0 (ties: smallest
         ``tree_size_blocks``, then uniform), else a softmax draw; ``None`` for no pods."""
         pod_list = check_pod_list(pods)
-        check_rng(rng)
+        check_rng("rng", rng)
         loads = check_loads(loads)
         costs = self.score(request_keys, index, pod_list, loads=loads) if pod_list else {}
         sizes = {pod: loads.get(pod, NO_LOAD).tree_size_blocks for pod in pod_list}
@@ -379,17 +377,13 @@ class CacheAwareScorer(Scorer):
 
     def __init__(self, cache_threshold: float = 0.3, balance_abs_threshold: float = 64,
                  balance_rel_threshold: float = 1.5, fallback: str = "smallest_tree") -> None:
-        self.cache_threshold = check_number("cache_threshold", cache_threshold)
-        if self.cache_threshold > 1:
-            raise ValueError(f"cache_threshold must be in [0, 1], got {cache_threshold!r}")
-        self.balance_abs_threshold = check_number("balance_abs_threshold", balance_abs_threshold)
-        self.balance_rel_threshold = check_number("balance_rel_threshold", balance_rel_threshold)
-        if fallback not in CACHE_AWARE_FALLBACKS:
-            raise ValueError(f"fallback must be one of {CACHE_AWARE_FALLBACKS}, got {fallback!r}")
-        self.fallback = fallback
+        self.cache_threshold = check_real("cache_threshold", cache_threshold, low=0.0, high=1.0)
+        self.balance_abs_threshold = check_real("balance_abs_threshold", balance_abs_threshold, low=0.0)
+        self.balance_rel_threshold = check_real("balance_rel_threshold", balance_rel_threshold, low=0.0)
+        self.fallback = check_choice("fallback", fallback, CACHE_AWARE_FALLBACKS)
 
     def score_lookup(self, request_keys: Sequence[int], hits: Hits, pods: Sequence[str] | None = None,
-                     loads: Mapping[str, PodLoad] | None = None) -> dict[str, float]:
+                     loads: Mapping[str, PodLoad] | None = None) -> dict[str, float]:  # noqa: ARG002 - the Scorer contract's signature; this scorer ignores load
         """Match rates of the pods holding key 0 (``loads`` unused)."""
         matched = prefix_weights(request_keys, hits, _count, pods)
         return {pod: blocks / len(request_keys) for pod, blocks in matched.items()}
@@ -398,7 +392,7 @@ class CacheAwareScorer(Scorer):
                loads: Mapping[str, PodLoad] | None = None, rng: np.random.Generator) -> str | None:
         """The SGLang rule above; ``None`` for no pods."""
         pod_list = check_pod_list(pods)
-        check_rng(rng)
+        check_rng("rng", rng)
         loads = check_loads(loads)
         if not pod_list:
             return None

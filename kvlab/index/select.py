@@ -9,24 +9,12 @@ caller's order, so a seed reproduces a choice.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-
-def check_number(name: str, value: object, *, integer: bool = False) -> float:
-    """``value`` as a float (an int with ``integer``) when it is a finite number >= 0.
-
-    Raises:
-        ValueError: naming ``name`` and the value otherwise.
-    """
-    kinds = (int, np.integer) if integer else (int, float, np.integer, np.floating)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < 0:
-        kind = "an integer" if integer else "a finite number"
-        raise ValueError(f"{name} must be {kind} >= 0, got {value!r}")
-    return int(value) if integer else float(value)
+from kvlab.core.validate import check_count, check_real, check_rng, check_str
 
 
 @dataclass(frozen=True)
@@ -59,24 +47,13 @@ class PodLoad:
 
     def __post_init__(self) -> None:
         for name in ("active_blocks", "queued_prefill_blocks"):
-            object.__setattr__(self, name, check_number(f"PodLoad.{name}", getattr(self, name)))
+            object.__setattr__(self, name, check_real(f"PodLoad.{name}", getattr(self, name), low=0.0))
         for name in ("running_requests", "tree_size_blocks"):
-            object.__setattr__(self, name, check_number(f"PodLoad.{name}", getattr(self, name), integer=True))
+            object.__setattr__(self, name, check_count(f"PodLoad.{name}", getattr(self, name)))
 
 
 #: The load of a pod the caller gave none for (Dynamo defaults a worker without load data to zero).
 NO_LOAD = PodLoad()
-
-
-def check_rng(rng: object) -> np.random.Generator:
-    """``rng`` itself when it is a :class:`numpy.random.Generator`.
-
-    Raises:
-        ValueError: anything else (pass ``numpy.random.default_rng(seed)``).
-    """
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng must be a numpy.random.Generator (numpy.random.default_rng(seed)), got {rng!r}")
-    return rng
 
 
 def check_pod_list(pods: object) -> list[str]:
@@ -91,8 +68,7 @@ def check_pod_list(pods: object) -> list[str]:
         raise ValueError(f"pods must be a sequence of pod identifiers, got {pods!r}")
     first: dict[str, int] = {}
     for i, pod in enumerate(pods):
-        if not isinstance(pod, str) or not pod:
-            raise ValueError(f"pod identifiers must be non-empty strings, got {pod!r}")
+        check_str(f"pods[{i}]", pod, nonempty=True)
         if pod in first:
             raise ValueError(f"pods lists {pod!r} twice (pods[{first[pod]}] and pods[{i}])")
         first[pod] = i
@@ -125,7 +101,7 @@ def pick_uniform(candidates: Sequence[str], rng: np.random.Generator) -> str:
         raise ValueError("candidates must not be empty")
     if len(candidates) == 1:
         return candidates[0]
-    return candidates[int(check_rng(rng).integers(len(candidates)))]
+    return candidates[int(check_rng("rng", rng).integers(len(candidates)))]
 
 
 def pick_max(scores: Mapping[str, float], pods: Sequence[str], rng: np.random.Generator) -> str | None:
@@ -167,8 +143,9 @@ def dynamo_cost(prefill_blocks: float, decode_blocks: float, *, overlap_weight: 
         >>> dynamo_cost(5, 5)
         10.0
     """
-    return (check_number("overlap_weight", overlap_weight) * check_number("prefill_blocks", prefill_blocks)
-            + check_number("decode_blocks", decode_blocks))
+    return (check_real("overlap_weight", overlap_weight, low=0.0)
+            * check_real("prefill_blocks", prefill_blocks, low=0.0)
+            + check_real("decode_blocks", decode_blocks, low=0.0))
 
 
 def dynamo_cost_2026(raw_prefill_blocks: float, decode_blocks: float, *, device_overlap_blocks: float = 0.0,
@@ -208,7 +185,7 @@ def dynamo_cost_2026(raw_prefill_blocks: float, decode_blocks: float, *, device_
         >>> dynamo_cost_2026(4, 0, shared_beyond_blocks=4, shared_cache_multiplier=0.5)
         2.0
     """
-    values = {name: check_number(name, value) for name, value in locals().items()}
+    values = {name: check_real(name, value, low=0.0) for name, value in locals().items()}
     credit = (values["overlap_score_credit"] * values["credit_decay_factor"] * values["device_overlap_blocks"]
               + values["host_cache_hit_weight"] * values["host_overlap_blocks"]
               + values["disk_cache_hit_weight"] * values["disk_overlap_blocks"]
@@ -238,8 +215,8 @@ def dynamo_select(costs: Mapping[str, float], rng: np.random.Generator, *, tempe
         >>> dynamo_select({"w0": 5.0, "w1": 3.0, "w2": 7.0, "w3": 3.5}, np.random.default_rng(0))
         'w1'
     """
-    temperature = check_number("temperature", temperature)
-    check_rng(rng)
+    temperature = check_real("temperature", temperature, low=0.0)
+    check_rng("rng", rng)
     pods = list(costs)
     values = np.array([float(costs[pod]) for pod in pods], dtype=np.float64)
     if not np.all(np.isfinite(values)):

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvlab.hashing.base import U64_MASK, check_u64
+from kvlab.core.validate import check_flag, check_int, check_str, check_u64
+from kvlab.hashing.base import U64_MASK
 
 #: ``key_type`` of :meth:`kvlab.index.Index.evict`: an engine key (from a KV event) or a request key.
 ENGINE_KEY, REQUEST_KEY = "engine", "request"
@@ -39,10 +40,8 @@ def tier_of_medium(medium: str | None) -> str:
         >>> tier_of_medium("CPU_PINNED"), tier_of_medium(None)
         ('cpu_pinned', 'gpu')
     """
-    if medium is None:
+    if check_str("medium", medium, nonempty=True, optional=True) is None:
         return DEFAULT_TIER
-    if not isinstance(medium, str) or not medium:
-        raise ValueError(f"medium must be None or a non-empty string, got {medium!r}")
     return medium.lower()
 
 
@@ -82,19 +81,10 @@ class PodEntry:
     group: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.pod, str) or not self.pod:
-            raise ValueError(f"PodEntry.pod must be a non-empty string, got {self.pod!r}")
-        if not isinstance(self.tier, str) or not self.tier:
-            raise ValueError(f"PodEntry.tier must be a non-empty string, got {self.tier!r}")
-        if not isinstance(self.speculative, (bool, np.bool_)):
-            raise ValueError(f"PodEntry.speculative must be a bool, got {self.speculative!r}")
-        group = self.group
-        if group is not None and (isinstance(group, bool) or not isinstance(group, (int, np.integer))
-                                  or not 0 <= group <= U64_MASK):
-            raise ValueError(f"PodEntry.group must be None or an integer in [0, 2**64), got {group!r}")
-        object.__setattr__(self, "tier", self.tier.lower())
-        object.__setattr__(self, "speculative", bool(self.speculative))
-        object.__setattr__(self, "group", None if group is None else int(group))
+        check_str("PodEntry.pod", self.pod, nonempty=True)
+        object.__setattr__(self, "tier", check_str("PodEntry.tier", self.tier, nonempty=True).lower())
+        object.__setattr__(self, "speculative", check_flag("PodEntry.speculative", self.speculative))
+        object.__setattr__(self, "group", check_int("PodEntry.group", self.group, low=0, high=U64_MASK, optional=True))
 
     def to_json(self) -> str:
         """The entry as llm-d's Redis backend writes a hash field (Go ``json.Marshal`` of

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from kvlab.core.validate import check_positive
 from kvlab.hashing.base import MAX_BLOCK_SIZE, BlockHasher, MMItem, RequestExtras, check_block_size
 from kvlab.traces.flat import list_series
 from kvlab.traces.trace import Trace
@@ -154,10 +155,12 @@ def rechunk(trace: Trace, k: int) -> Trace:
         >>> coarse.block_size, coarse.check_chained().height
         (1024, 0)
     """
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"rechunk(k) needs an integer k >= 1 (blocks k times larger), got {k!r}; blocks finer "
-                         f"than the trace's {trace.block_size} tokens cannot be made: a chained id hides where "
-                         f"inside its block two prompts diverge")
+    try:
+        check_positive("k", k)
+    except ValueError as err:
+        raise ValueError(f"rechunk: {err} (blocks k times larger); blocks finer than the trace's {trace.block_size} "
+                         f"tokens cannot be made: a chained id hides where inside its block two prompts "
+                         f"diverge") from None
     k = check_block_size(k, "k")
     if trace.block_size * k > MAX_BLOCK_SIZE:
         raise ValueError(f"rechunk({k}) would make {trace.block_size * k}-token blocks; the limit is 2**31 - 1")

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
 
+from kvlab.core.validate import U64_MAX, check_int, check_positive, check_real, check_u64
 from kvlab.traces.errors import TraceFormatError
 from kvlab.traces.textfile import check_trace_path, iter_lines, parse_json_line
 from kvlab.traces.trace import Trace
@@ -23,7 +25,6 @@ from kvlab.traces.trace import Trace
 #: Block size of the published Mooncake traces (repo README; FAST'25 appendix A.2).
 MOONCAKE_BLOCK_SIZE = 512
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
-_U64_MAX = 2**64 - 1
 
 
 def load_mooncake(path: str | Path, *, block_size: int = MOONCAKE_BLOCK_SIZE) -> Trace:
@@ -60,8 +61,7 @@ def load_mooncake(path: str | Path, *, block_size: int = MOONCAKE_BLOCK_SIZE) ->
         (3993, 512, 121877)
     """
     path = Path(path)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+    block_size = check_positive("block_size", block_size)
     check_trace_path(path)
     columns: dict[str, list] = {"arrival_s": [], "input_tokens": [], "output_tokens": [], "block_keys": []}
     unknown: dict[str, int] = {}
@@ -122,36 +122,32 @@ def _parent(parent: int | None) -> str:
     return "nothing (first block)" if parent is None else f"id {parent}"
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _field(path: Path, lineno: int, check: Callable[..., object], name: str, value: object,
+           **bounds: object) -> object:
+    """``check(name, value, **bounds)`` (a :mod:`kvlab.core.validate` check), its error as a
+    :class:`TraceFormatError` naming the file and line."""
+    try:
+        return check(name, value, **bounds)
+    except ValueError as err:
+        raise TraceFormatError(path, lineno, str(err)) from None
 
 
 def _check_record(path: Path, lineno: int, record: dict, block_size: int) -> tuple[float, int, int, list]:
     for field in MOONCAKE_FIELDS:
         if field not in record:
             raise TraceFormatError(path, lineno, f"missing field {field!r}")
-    ts = record["timestamp"]
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
-        raise TraceFormatError(path, lineno, f"field 'timestamp' must be a finite number >= 0 (ms), got {ts!r}")
-    lengths = []
-    for field in ("input_length", "output_length"):
-        value = record[field]
-        if not _is_int(value):
-            raise TraceFormatError(path, lineno, f"field {field!r} must be an integer, got {value!r}")
-        if value < 0:
-            raise TraceFormatError(path, lineno, f"field {field!r} must be >= 0, got {value}")
-        if value > 2**32 - 1:
-            raise TraceFormatError(path, lineno, f"field {field!r} exceeds u32: {value}")
-        lengths.append(value)
+    ts = _field(path, lineno, check_real, "field 'timestamp'", record["timestamp"], low=0.0)
+    lengths = [_field(path, lineno, check_int, f"field {field!r}", record[field], low=0, high=2**32 - 1)
+               for field in ("input_length", "output_length")]
     ids = record["hash_ids"]
     if not isinstance(ids, list):
         raise TraceFormatError(path, lineno, f"field 'hash_ids' must be a list, got {type(ids).__name__}")
-    for i, value in enumerate(ids):
-        if not _is_int(value) or not 0 <= value <= _U64_MAX:
-            raise TraceFormatError(path, lineno, f"hash_ids[{i}] must be an integer in [0, 2**64), got {value!r}")
+    if not all(type(value) is int for value in ids) or (ids and not 0 <= min(ids) <= max(ids) <= U64_MAX):
+        for i, value in enumerate(ids):  # name the first bad id (type() is int: JSON ints, not bools)
+            _field(path, lineno, check_u64, f"hash_ids[{i}]", value)
     expected = -(-lengths[0] // block_size)
     if len(ids) != expected:
         raise TraceFormatError(
             path, lineno,
             f"{len(ids)} hash_ids but input_length={lengths[0]} needs ceil({lengths[0]}/{block_size})={expected}")
-    return float(ts), lengths[0], lengths[1], ids
+    return ts, lengths[0], lengths[1], ids

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import polars as pl
 
+from kvlab.core.validate import check_choice, check_count, check_positive, check_real, rng_from_seed
 from kvlab.hashing import sim
 from kvlab.hashing.base import BlockHasher
 from kvlab.traces.flat import list_series
-from kvlab.traces.synthetic import _positive
 from kvlab.traces.trace import Trace
 
 #: Named document orders and their shuffle probabilities.
@@ -78,25 +80,21 @@ def rag(n_requests: int, *, num_documents: int = 10, document_tokens: int = 1638
     """
     for name, value in (("n_requests", n_requests), ("num_documents", num_documents),
                         ("document_tokens", document_tokens), ("docs_per_request", docs_per_request)):
-        _positive(name, value, integer=True)
-    _positive("system_prompt_tokens", system_prompt_tokens, integer=True, allow_zero=True)
-    _positive("output_tokens", output_tokens, integer=True, allow_zero=True)
-    _positive("zipf_alpha", zipf_alpha, allow_zero=True)
-    _positive("request_rate_per_s", request_rate_per_s)
+        check_positive(name, value)
+    check_count("system_prompt_tokens", system_prompt_tokens)
+    check_count("output_tokens", output_tokens)
+    check_real("zipf_alpha", zipf_alpha, low=0.0)
+    check_real("request_rate_per_s", request_rate_per_s, low=0.0, low_open=True)
     if docs_per_request > num_documents:
         raise ValueError(f"docs_per_request={docs_per_request} exceeds num_documents={num_documents}: "
                          f"a request picks distinct documents")
     shuffle_p = _shuffle_probability(order)
-    if popularity not in POPULARITIES:
-        raise ValueError(f"popularity must be one of {POPULARITIES}, got {popularity!r}")
+    check_choice("popularity", popularity, POPULARITIES)
     if system_prompt_tokens + num_documents * document_tokens > 2**32:
         raise ValueError(f"system_prompt_tokens + num_documents * document_tokens = "
                          f"{system_prompt_tokens + num_documents * document_tokens} token ids do not fit in u32")
     hasher = _resolve_hasher(block_size, hasher)
-    if not isinstance(seed, np.random.Generator) and (
-            isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-        raise ValueError(f"seed must be an integer >= 0 or a numpy Generator, got {seed!r}")
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rng = rng_from_seed("seed", seed)
 
     docs = _pick_documents(rng, n_requests, num_documents, docs_per_request,
                            zipf_alpha if popularity == "zipf" else 0.0)
@@ -131,22 +129,20 @@ def rag(n_requests: int, *, num_documents: int = 10, document_tokens: int = 1638
 
 
 def _shuffle_probability(order: object) -> float:
-    if isinstance(order, str):
-        if order not in ORDERS:
-            raise ValueError(f"order must be one of {tuple(ORDERS)} or a shuffle probability in [0, 1], "
-                             f"got {order!r}")
+    """``order``'s shuffle probability: a name of :data:`ORDERS` or a real in ``[0, 1]``."""
+    if isinstance(order, str) and order in ORDERS:
         return ORDERS[order]
-    if isinstance(order, bool) or not isinstance(order, (int, float, np.number)) or not 0 <= order <= 1:
-        raise ValueError(f"order must be one of {tuple(ORDERS)} or a shuffle probability in [0, 1], got {order!r}")
-    return float(order)
+    if not isinstance(order, str):
+        with contextlib.suppress(ValueError):
+            return check_real("order", order, low=0.0, high=1.0)
+    raise ValueError(f"order must be one of {tuple(ORDERS)} or a shuffle probability in [0, 1], got {order!r}")
 
 
 def _resolve_hasher(block_size: object, hasher: object) -> BlockHasher:
     if hasher is None:
         if block_size is None:
             return sim(16)
-        _positive("block_size", block_size, integer=True)
-        return sim(int(block_size))
+        return sim(check_positive("block_size", block_size))
     if not isinstance(hasher, BlockHasher):
         raise ValueError(f"hasher must be a kvlab.hashing BlockHasher or None, got {type(hasher).__name__}")
     if block_size is not None and block_size != hasher.block_size:

@@ -7,16 +7,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import polars as pl
 
+from kvlab.core.validate import check_count, check_positive, check_real, rng_from_seed
 from kvlab.traces.flat import list_series
 from kvlab.traces.trace import Trace
-
-
-def _positive(name: str, value: float, *, integer: bool = False, allow_zero: bool = False) -> None:
-    ok_type = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.number))
-    if isinstance(value, bool) or not ok_type or not (value >= 0 if allow_zero else value > 0) \
-            or not np.isfinite(value):
-        kind = "an integer" if integer else "a finite number"
-        raise ValueError(f"{name} must be {kind} {'>= 0' if allow_zero else '> 0'}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -59,15 +52,12 @@ class ChatWorkload:
     block_size: int = 512
 
     def __post_init__(self) -> None:
-        _positive("n_sessions", self.n_sessions, integer=True)
-        _positive("system_prompt_tokens", self.system_prompt_tokens, integer=True, allow_zero=True)
-        _positive("max_input_tokens", self.max_input_tokens, integer=True)
-        _positive("block_size", self.block_size, integer=True)
+        for name in ("n_sessions", "max_input_tokens", "block_size"):
+            check_positive(name, getattr(self, name))
+        check_count("system_prompt_tokens", self.system_prompt_tokens)
         for name in ("user_tokens_mean", "output_tokens_mean", "session_rate_per_s", "think_time_mean_s"):
-            _positive(name, getattr(self, name))
-        _positive("mean_turns", self.mean_turns)
-        if self.mean_turns < 1:
-            raise ValueError(f"mean_turns must be >= 1, got {self.mean_turns!r}")
+            check_real(name, getattr(self, name), low=0.0, low_open=True)
+        check_real("mean_turns", self.mean_turns, low=1.0)
         if self.max_input_tokens <= self.system_prompt_tokens:
             raise ValueError(f"max_input_tokens ({self.max_input_tokens}) must exceed "
                              f"system_prompt_tokens ({self.system_prompt_tokens})")
@@ -102,10 +92,7 @@ def chat_sessions(workload: ChatWorkload | None = None, *, seed: int | np.random
     wl = ChatWorkload() if workload is None else workload
     if not isinstance(wl, ChatWorkload):
         raise ValueError(f"workload must be a ChatWorkload or None, got {workload!r}")
-    if not isinstance(seed, np.random.Generator) and (
-            isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-        raise ValueError(f"seed must be an integer >= 0 or a numpy Generator, got {seed!r}")
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    rng = rng_from_seed("seed", seed)
     turns = rng.geometric(1.0 / wl.mean_turns, size=wl.n_sessions)
     n_turns = int(turns.sum())
     starts = np.cumsum(rng.exponential(1.0 / wl.session_rate_per_s, size=wl.n_sessions)) - 0.0
@@ -192,14 +179,11 @@ def zipf_objects(n_requests: int, n_objects: int, alpha: float = 1.0, *, seed: i
         >>> len(trace), trace.block_size, trace.distinct_blocks <= 50
         (1000, 1, True)
     """
-    _positive("n_requests", n_requests, integer=True)
-    _positive("n_objects", n_objects, integer=True)
-    _positive("alpha", alpha, allow_zero=True)
-    _positive("rate_per_s", rate_per_s)
-    if not isinstance(seed, np.random.Generator) and (
-            isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-        raise ValueError(f"seed must be an integer >= 0 or a numpy Generator, got {seed!r}")
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    check_positive("n_requests", n_requests)
+    check_positive("n_objects", n_objects)
+    check_real("alpha", alpha, low=0.0)
+    check_real("rate_per_s", rate_per_s, low=0.0, low_open=True)
+    rng = rng_from_seed("seed", seed)
     weights = 1.0 / np.arange(1, n_objects + 1, dtype=np.float64) ** alpha
     cdf = np.cumsum(weights)
     ranks = np.searchsorted(cdf, rng.random(n_requests) * cdf[-1], side="right")

@@ -6,9 +6,9 @@ from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
+from kvlab.core.validate import check_flag, check_positive, check_str
 from kvlab.hashing.base import BlockHasher
 from kvlab.traces.flat import FlatTrace, flatten_block_keys
 
@@ -122,14 +122,9 @@ class Trace:
     def __post_init__(self) -> None:
         if not isinstance(self.frame, pl.DataFrame):
             raise ValueError(f"frame must be a polars DataFrame, got {type(self.frame).__name__}")
-        if isinstance(self.block_size, bool) or not isinstance(self.block_size, (int, np.integer)) \
-                or self.block_size < 1:
-            raise ValueError(f"block_size must be an integer >= 1, got {self.block_size!r}")
-        object.__setattr__(self, "block_size", int(self.block_size))
-        if not isinstance(self.source, str):
-            raise ValueError(f"source must be a string, got {self.source!r}")
-        if not isinstance(self.partial_block_keyed, bool):
-            raise ValueError(f"partial_block_keyed must be a bool, got {self.partial_block_keyed!r}")
+        object.__setattr__(self, "block_size", check_positive("block_size", self.block_size))
+        check_str("source", self.source)
+        object.__setattr__(self, "partial_block_keyed", check_flag("partial_block_keyed", self.partial_block_keyed))
         object.__setattr__(self, "frame", _canonical_frame(self.frame, self.block_size, self.partial_block_keyed))
 
     # -- size ---------------------------------------------------------------------------

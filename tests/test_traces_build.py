@@ -109,7 +109,8 @@ def test_rechunk_of_mooncake_is_chained_and_counts_groups(synthetic) -> None:
 
 @pytest.mark.parametrize("k", [0, -2, 0.5, 2.0, True])
 def test_rechunk_cannot_make_finer_blocks(k, synthetic) -> None:
-    with pytest.raises(ValueError, match=r"integer k >= 1 .* blocks finer than the trace's 512 tokens cannot be made"):
+    with pytest.raises(ValueError, match=r"^rechunk: k must be an integer >= 1, got .* blocks finer than the "
+                                         r"trace's 512 tokens cannot be made"):
         synthetic.rechunk(k)
 
 

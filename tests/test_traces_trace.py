@@ -96,7 +96,7 @@ def test_describe_and_head() -> None:
 def test_empty_trace_and_bad_source_are_rejected() -> None:
     with pytest.raises(ValueError, match="at least one request"):
         make_trace([])
-    with pytest.raises(ValueError, match="source must be a string, got 123"):
+    with pytest.raises(ValueError, match="source must be a str, got 123"):
         Trace(frame(), block_size=4, source=123)
 
 

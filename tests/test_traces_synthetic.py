@@ -64,7 +64,7 @@ def test_invalid_workload_names_the_field(field: str, value: object) -> None:
 def test_bad_arguments_are_rejected() -> None:
     with pytest.raises(ValueError, match="workload must be a ChatWorkload or None, got 5"):
         chat_sessions(5)
-    with pytest.raises(ValueError, match="seed must be an integer >= 0 or a numpy Generator, got None"):
+    with pytest.raises(ValueError, match="seed must be an integer >= 0 or a numpy.random.Generator, got None"):
         chat_sessions(SMALL, seed=None)
     with pytest.raises(ValueError, match="no request generated"):
         chat_sessions(ChatWorkload(n_sessions=3, user_tokens_mean=1e9), seed=0)
@@ -81,5 +81,5 @@ def test_zipf_objects_is_seeded_and_skewed() -> None:
     assert 1.7 < top[0] / top[1] < 2.3
     uniform = np.bincount(zipf_objects(20_000, 1_000, alpha=0.0, seed=3).flat.block_ids)
     assert uniform.max() < 60
-    with pytest.raises(ValueError, match="n_objects must be an integer > 0"):
+    with pytest.raises(ValueError, match="n_objects must be an integer >= 1, got 0"):
         zipf_objects(10, 0)
