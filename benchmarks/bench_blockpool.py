@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kvlab.blockpool.engine_replay import full_block_keys, replay_requests
-from kvlab.blockpool.pool import BlockPool
+from kvlab.engines.replay import full_block_keys, replay_requests
+from kvlab.engines.vllm.block_pool import BlockPool
 from kvlab.paths import bundled_trace_path
 from kvlab.sim import replay
 from kvlab.traces import load_trace

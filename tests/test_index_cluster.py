@@ -8,7 +8,7 @@ from conftest import chained_traces, make_trace, scramble
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvlab.blockpool.engine_replay import replay_requests
+from kvlab.engines.replay import replay_requests
 from kvlab.index import FaultInjector, MaxPrefixScorer, route_requests, trace_token_ids
 from kvlab.traces import Trace, load_trace
 

@@ -130,7 +130,7 @@ class TreeNode:
 
     Models SGLang ``TreeNode`` (rule S1) with kvlab's determinism: ``node_id`` comes
     from the owning cache's per-instance counter and times are logical clock ticks.
-    Nodes are created and mutated only by :class:`~kvlab.blockpool.radix.RadixCache`.
+    Nodes are created and mutated only by :class:`~kvlab.engines.sglang.radix_cache.RadixCache`.
 
     Attributes:
         node_id: id unique within the owning cache (the root included).

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kvlab.blockpool.manager import KVCacheManager, Request
-from kvlab.blockpool.pool import BlockPool
-from kvlab.blockpool.radix import RadixCache
+from kvlab.engines.vllm.kv_cache_manager import KVCacheManager, Request
+from kvlab.engines.vllm.block_pool import BlockPool
+from kvlab.engines.sglang.radix_cache import RadixCache
 from kvlab.events.types import BlockRemoved
 from kvlab.hashing import vllm
 

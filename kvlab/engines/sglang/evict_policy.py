@@ -4,7 +4,7 @@ Models ``sgl-project/sglang : python/sglang/srt/mem_cache/evict_policy.py`` (SGL
 0.5.x, docs/specs/engines.md §2.1 rule S7). Each policy is one class with one method,
 ``get_priority(node)``, returning a sortable score; the cache evicts the evictable leaf
 with the **lowest** score first. Ties of every score are broken by LRU (then node id),
-because :class:`~kvlab.blockpool.radix.RadixCache` orders heap entries as
+because :class:`~kvlab.engines.sglang.radix_cache.RadixCache` orders heap entries as
 ``(score, last_access_time, node_id)`` — SGLang's ``TreeNode.__lt__`` compares
 ``last_access_time``.
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from kvlab.blockpool.radix_key import TreeNode
+    from kvlab.engines.sglang.tree_node import TreeNode
 
 #: A sortable eviction score: an int or a tuple of ints.
 Score = int | tuple[int, int]
@@ -54,7 +54,7 @@ class LRUPolicy:
     """Least recently used first. Models SGLang ``LRUStrategy``.
 
     Example:
-        >>> from kvlab.blockpool.radix_key import TreeNode
+        >>> from kvlab.engines.sglang.tree_node import TreeNode
         >>> LRUPolicy().get_priority(TreeNode(node_id=1, now=5))
         5
     """
@@ -70,7 +70,7 @@ class LFUPolicy:
     """Fewest hits first, LRU among equals. Models SGLang ``LFUStrategy``.
 
     Example:
-        >>> from kvlab.blockpool.radix_key import TreeNode
+        >>> from kvlab.engines.sglang.tree_node import TreeNode
         >>> LFUPolicy().get_priority(TreeNode(node_id=1, now=5))
         (0, 5)
     """
@@ -86,7 +86,7 @@ class FIFOPolicy:
     """Oldest node first. Models SGLang ``FIFOStrategy``.
 
     Example:
-        >>> from kvlab.blockpool.radix_key import TreeNode
+        >>> from kvlab.engines.sglang.tree_node import TreeNode
         >>> FIFOPolicy().get_priority(TreeNode(node_id=1, now=5))
         5
     """
@@ -102,7 +102,7 @@ class MRUPolicy:
     """Most recently used first. Models SGLang ``MRUStrategy``.
 
     Example:
-        >>> from kvlab.blockpool.radix_key import TreeNode
+        >>> from kvlab.engines.sglang.tree_node import TreeNode
         >>> MRUPolicy().get_priority(TreeNode(node_id=1, now=5))
         -5
     """
@@ -118,7 +118,7 @@ class FILOPolicy:
     """Newest node first. Models SGLang ``FILOStrategy``.
 
     Example:
-        >>> from kvlab.blockpool.radix_key import TreeNode
+        >>> from kvlab.engines.sglang.tree_node import TreeNode
         >>> FILOPolicy().get_priority(TreeNode(node_id=1, now=5))
         -5
     """
@@ -136,7 +136,7 @@ class PriorityPolicy:
     inserted through it.
 
     Example:
-        >>> from kvlab.blockpool.radix_key import TreeNode
+        >>> from kvlab.engines.sglang.tree_node import TreeNode
         >>> PriorityPolicy().get_priority(TreeNode(node_id=1, now=5, priority=2))
         (2, 5)
     """
@@ -160,7 +160,7 @@ class SLRUPolicy:
         ValueError: ``protected_threshold`` not an integer >= 1.
 
     Example:
-        >>> from kvlab.blockpool.radix_key import TreeNode
+        >>> from kvlab.engines.sglang.tree_node import TreeNode
         >>> node = TreeNode(node_id=1, now=5)
         >>> node.hit_count = 2
         >>> SLRUPolicy().get_priority(node)

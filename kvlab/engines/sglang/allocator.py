@@ -193,7 +193,7 @@ def check_slots(name: str, slots: object, allocator: TokenSlotAllocator | None) 
 def check_insert_value(token_ids: tuple[int, ...], value: object, allocator: TokenSlotAllocator | None) -> np.ndarray:
     """An insert's ``value`` as ``int64[len(token_ids)]``: the checked slots, or the token
     ids themselves when ``value`` is ``None`` (allowed only without a pool; the ids fit
-    int64, see :func:`~kvlab.blockpool.radix_key.as_radix_key`).
+    int64, see :func:`~kvlab.engines.sglang.tree_node.as_radix_key`).
 
     Raises:
         ValueError: ``value`` missing with a pool, of another length, or bad slots

@@ -8,10 +8,10 @@ advances ``request.num_computed_tokens`` and records prefix-cache stats at admis
 
 Fork with copy-on-write is not vLLM's — vLLM v1 does not fork (its partial blocks are
 never shared). It comes from the oMLX design (jundot/omlx ``omlx/cache/paged_cache.py``)
-and lives in :mod:`kvlab.blockpool.fork`; the elastic pool
-(:class:`~kvlab.blockpool.pool.BlockPool` ``max_blocks``) comes from the same design.
+and lives in :mod:`kvlab.engines.omlx.paged_cache`; the elastic pool
+(:class:`~kvlab.engines.vllm.block_pool.BlockPool` ``max_blocks``) comes from the same design.
 
-Unlike vLLM, the manager checks its callers (:mod:`kvlab.blockpool.checks`): prefix-hit
+Unlike vLLM, the manager checks its callers (:mod:`kvlab.engines.vllm.checks`): prefix-hit
 blocks must be the request's own cached blocks, and a request id belongs to one live
 :class:`Request` object at a time (until it is freed or preempted).
 """
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvlab.blockpool.block import KVCacheBlock
-from kvlab.blockpool.checks import (
+from kvlab.engines.vllm.kv_cache_utils import KVCacheBlock
+from kvlab.engines.vllm.checks import (
     block_list,
     check_allocation,
     check_flag,
@@ -32,9 +32,9 @@ from kvlab.blockpool.checks import (
     check_owner,
     check_positive,
 )
-from kvlab.blockpool.fork import ForkMixin
-from kvlab.blockpool.pool import BlockPool, check_block_key
-from kvlab.blockpool.stats import PrefixCacheStats
+from kvlab.engines.omlx.paged_cache import ForkMixin
+from kvlab.engines.vllm.block_pool import BlockPool, check_block_key
+from kvlab.engines.vllm.stats import PrefixCacheStats
 from kvlab.events.types import KVEvent
 from kvlab.hashing.base import BlockHasher, RequestExtras, as_token_array, check_block_size, check_count
 
@@ -169,7 +169,7 @@ class KVCacheManager(ForkMixin):
     Models vLLM v1 ``KVCacheManager`` with a single KV-cache group. Lookups are pure
     (V6); :meth:`allocate_slots` is all-or-nothing (V7); a finished or preempted request
     frees its blocks in reverse (V4, V14); stats are recorded once per admission (V11);
-    :meth:`~kvlab.blockpool.fork.ForkMixin.fork` shares a running request's blocks with
+    :meth:`~kvlab.engines.omlx.paged_cache.ForkMixin.fork` shares a running request's blocks with
     copy-on-write (from oMLX; vLLM v1 does not fork).
 
     Args:
@@ -276,7 +276,7 @@ class KVCacheManager(ForkMixin):
         ``request.num_computed_tokens``, and — at admission, i.e. when it was 0 — record
         prefix-cache stats (preempted requests counted apart, V11).
 
-        Copy-on-write (:mod:`kvlab.blockpool.fork`): if the last block is partially
+        Copy-on-write (:mod:`kvlab.engines.omlx.paged_cache`): if the last block is partially
         filled and shared (after a fork), the first new block becomes its private copy.
 
         Args:

@@ -8,10 +8,10 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from kvlab.blockpool.block import FreeKVCacheBlockQueue, KVCacheBlock
-from kvlab.blockpool.manager import KVCacheManager, Request
-from kvlab.blockpool.pool import BlockPool
-from kvlab.blockpool.stats import PrefixCacheStats
+from kvlab.engines.vllm.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
+from kvlab.engines.vllm.kv_cache_manager import KVCacheManager, Request
+from kvlab.engines.vllm.block_pool import BlockPool
+from kvlab.engines.vllm.stats import PrefixCacheStats
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored
 from kvlab.hashing import RequestExtras, sim, vllm
 

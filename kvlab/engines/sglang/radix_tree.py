@@ -2,7 +2,7 @@
 
 :class:`RadixTreeBase` keeps the invariants SGLang's ``RadixCache`` maintains
 incrementally (``sgl-project/sglang : python/sglang/srt/mem_cache/radix_cache.py``,
-docs/specs/engines.md §2.1); :class:`~kvlab.blockpool.radix.RadixCache` builds the
+docs/specs/engines.md §2.1); :class:`~kvlab.engines.sglang.radix_cache.RadixCache` builds the
 algorithms (match, insert, lock, evict, request caching) on it::
 
     evictable_size + protected_size == tokens in the tree
@@ -21,9 +21,9 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
-from kvlab.blockpool.radix_events import RadixEventRecorder
-from kvlab.blockpool.radix_key import RadixKey, TreeNode
-from kvlab.blockpool.radix_view import iter_tree, tree_frame, tree_text
+from kvlab.engines.sglang.events import RadixEventRecorder
+from kvlab.engines.sglang.tree_node import RadixKey, TreeNode
+from kvlab.engines.sglang.radix_view import iter_tree, tree_frame, tree_text
 from kvlab.events.types import KVEvent
 from kvlab.hashing.base import check_block_size
 
@@ -56,7 +56,7 @@ def check_priority(priority: object) -> int:
 class RadixTreeBase:
     """A radix tree with SGLang's bookkeeping; the algorithms live in the subclass.
 
-    Subclassed by :class:`~kvlab.blockpool.radix.RadixCache`; holds the root, the
+    Subclassed by :class:`~kvlab.engines.sglang.radix_cache.RadixCache`; holds the root, the
     logical clock, the token counters, the evictable-leaf set and the KV event
     recorder, plus the read-only helpers the cache checks with before it mutates (a
     non-stamping prefix walk, the eviction plan, the unlock check).
@@ -108,7 +108,7 @@ class RadixTreeBase:
 
     def pretty(self) -> str:
         """The tree as text, one node per line (SGLang ``pretty_print``; format in
-        :mod:`kvlab.blockpool.radix_view`), then the token counts."""
+        :mod:`kvlab.engines.sglang.radix_view`), then the token counts."""
         return (f"{tree_text(self.root)}\n"
                 f"tokens {self.total_size()}: evictable {self._evictable}, protected {self._protected}")
 
@@ -116,7 +116,7 @@ class RadixTreeBase:
         """One row per node, root first, depth-first: ``node_id``, ``parent_id``,
         ``depth``, ``n_tokens``, ``first_tokens``, ``lock_ref``, ``evictable``,
         ``last_access_time``, ``hit_count``, ``extra_key``, ``priority``,
-        ``creation_time`` (see :func:`~kvlab.blockpool.radix_view.tree_frame`)."""
+        ``creation_time`` (see :func:`~kvlab.engines.sglang.radix_view.tree_frame`)."""
         return tree_frame(self.root)
 
     def _new_tree(self) -> None:

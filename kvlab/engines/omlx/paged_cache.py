@@ -1,10 +1,10 @@
-"""Fork and copy-on-write for :class:`~kvlab.blockpool.manager.KVCacheManager` (oMLX design).
+"""Fork and copy-on-write for :class:`~kvlab.engines.vllm.kv_cache_manager.KVCacheManager` (oMLX design).
 
 Not vLLM: vLLM v1 does not fork (its partial blocks are never cached, so they are never
 shared, and nothing is ever copied). This module models the oMLX design instead, jundot/omlx
 ``omlx/cache/paged_cache.py :: PagedCacheManager.fork_block_table`` (a child shares every
 block of its parent by reference count) and ``_cow_copy_block`` (a shared block is copied
-before it is written) — as the elastic pool of :class:`~kvlab.blockpool.pool.BlockPool`
+before it is written) — as the elastic pool of :class:`~kvlab.engines.vllm.block_pool.BlockPool`
 models oMLX's ``_grow_blocks``. Only a partially filled last block is ever written, so only
 it is copied::
 
@@ -24,23 +24,23 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from kvlab.blockpool.checks import check_owner
+from kvlab.engines.vllm.checks import check_owner
 
 if TYPE_CHECKING:
-    from kvlab.blockpool.block import KVCacheBlock
-    from kvlab.blockpool.manager import Request
-    from kvlab.blockpool.pool import BlockPool
+    from kvlab.engines.vllm.kv_cache_utils import KVCacheBlock
+    from kvlab.engines.vllm.kv_cache_manager import Request
+    from kvlab.engines.vllm.block_pool import BlockPool
 
 
 class ForkMixin:
-    """The fork / copy-on-write part of :class:`~kvlab.blockpool.manager.KVCacheManager`,
+    """The fork / copy-on-write part of :class:`~kvlab.engines.vllm.kv_cache_manager.KVCacheManager`,
     from oMLX (vLLM v1 does not fork).
 
     A mixin over the manager's block tables; not used on its own.
 
     Example:
-        >>> from kvlab.blockpool.manager import KVCacheManager, Request
-        >>> from kvlab.blockpool.pool import BlockPool
+        >>> from kvlab.engines.vllm.kv_cache_manager import KVCacheManager, Request
+        >>> from kvlab.engines.vllm.block_pool import BlockPool
         >>> manager = KVCacheManager(BlockPool(6, block_size=4), block_size=4)
         >>> parent = Request.from_block_keys("p", 6, [0xA])
         >>> _ = manager.allocate_slots(parent, 6)
@@ -69,7 +69,7 @@ class ForkMixin:
 
         Raises:
             ValueError: ``request`` does not fit the manager, holds no blocks or has an
-                id held by another live :class:`~kvlab.blockpool.manager.Request` object,
+                id held by another live :class:`~kvlab.engines.vllm.kv_cache_manager.Request` object,
                 or ``new_request_id`` is invalid or already holds blocks.
         """
         self._check_request(request)  # type: ignore[attr-defined]

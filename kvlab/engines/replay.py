@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvlab.blockpool.manager import KVCacheManager, Request
-from kvlab.blockpool.pool import BlockPool
+from kvlab.engines.vllm.kv_cache_manager import KVCacheManager, Request
+from kvlab.engines.vllm.block_pool import BlockPool
 from kvlab.traces import Trace
 
 

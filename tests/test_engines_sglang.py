@@ -9,10 +9,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kvlab.blockpool.radix import MatchResult, RadixCache
-from kvlab.blockpool.radix_alloc import TokenSlotAllocator
-from kvlab.blockpool.radix_key import RadixKey
-from kvlab.blockpool.radix_policies import RADIX_POLICIES, SLRUPolicy, get_radix_policy
+from kvlab.engines.sglang.radix_cache import MatchResult, RadixCache
+from kvlab.engines.sglang.allocator import TokenSlotAllocator
+from kvlab.engines.sglang.tree_node import RadixKey
+from kvlab.engines.sglang.evict_policy import RADIX_POLICIES, SLRUPolicy, get_radix_policy
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored
 from kvlab.hashing.base import RequestExtras
 from kvlab.hashing.sglang_hash import SGLangHasher

@@ -1,5 +1,5 @@
-"""Argument checks of the vLLM v1 block-pool model (:mod:`~kvlab.blockpool.pool`,
-:mod:`~kvlab.blockpool.manager`, :mod:`~kvlab.blockpool.fork`).
+"""Argument checks of the vLLM v1 block-pool model (:mod:`~kvlab.engines.vllm.block_pool`,
+:mod:`~kvlab.engines.vllm.kv_cache_manager`, :mod:`~kvlab.engines.omlx.paged_cache`).
 
 vLLM trusts its caller, the scheduler: a block of another pool, a hit block with the wrong hash or the
 same block listed twice silently corrupts its free queue, ref counts or hash map. kvlab
@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kvlab.blockpool.block import KVCacheBlock
+from kvlab.engines.vllm.kv_cache_utils import KVCacheBlock
 from kvlab.hashing.base import MAX_BLOCK_SIZE, check_block_size, check_count
 
 if TYPE_CHECKING:
-    from kvlab.blockpool.manager import KVCacheManager, Request
+    from kvlab.engines.vllm.kv_cache_manager import KVCacheManager, Request
 
 
 def check_positive(value: object, name: str) -> int:
@@ -178,7 +178,7 @@ def check_group_block_sizes(group_block_sizes: Iterable[int], block_size: int) -
 def check_allocation(manager: KVCacheManager, request: Request, num_new_tokens: int, num_new_computed_tokens: int,
                      hits: list[KVCacheBlock]) -> int:
     """Validate a :meth:`KVCacheManager.allocate_slots
-    <kvlab.blockpool.manager.KVCacheManager.allocate_slots>` call and return the
+    <kvlab.engines.vllm.kv_cache_manager.KVCacheManager.allocate_slots>` call and return the
     request's computed tokens after it.
 
     Raises:

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from polars.testing import assert_frame_equal
 
-from kvlab.blockpool.block import KVCacheBlock
-from kvlab.blockpool.manager import KVCacheManager, Request
-from kvlab.blockpool.pool import BlockPool
+from kvlab.engines.vllm.kv_cache_utils import KVCacheBlock
+from kvlab.engines.vllm.kv_cache_manager import KVCacheManager, Request
+from kvlab.engines.vllm.block_pool import BlockPool
 
 BLOCK_SIZE = 4
 NUM_BLOCKS = 9  # null block + 8

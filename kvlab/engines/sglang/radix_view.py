@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from kvlab.blockpool.radix_key import TreeNode, preview_tokens
+from kvlab.engines.sglang.tree_node import TreeNode, preview_tokens
 
 #: Column types of :func:`tree_frame`.
 TREE_SCHEMA = {"node_id": pl.Int64, "parent_id": pl.Int64, "depth": pl.Int64, "n_tokens": pl.Int64,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from kvlab.blockpool.scenarios import design_doc_example
+from kvlab.engines.scenarios import design_doc_example
 from kvlab.ui import StepperPanel
 from kvlab.viz import block_pool_chart
 

@@ -27,10 +27,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from kvlab.blockpool.radix import RadixCache
-from kvlab.blockpool.radix_key import RadixKey, TreeNode
-from kvlab.blockpool.radix_policies import RADIX_POLICIES
-from kvlab.blockpool.radix_view import iter_tree
+from kvlab.engines.sglang.radix_cache import RadixCache
+from kvlab.engines.sglang.tree_node import RadixKey, TreeNode
+from kvlab.engines.sglang.evict_policy import RADIX_POLICIES
+from kvlab.engines.sglang.radix_view import iter_tree
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored
 
 POOL_SLOTS = 64

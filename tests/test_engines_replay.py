@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import chained_traces
-from kvlab.blockpool.engine_replay import full_block_keys, replay_requests
+from kvlab.engines.replay import full_block_keys, replay_requests
 from kvlab.sim import replay
 
 

@@ -9,8 +9,8 @@ out again, when it is evicted lazily. Block keys are u64 ints from any
 
 The elastic pool (``max_blocks``) is not vLLM's: vLLM v1 sizes its pool once at start-up.
 It comes from the oMLX design (jundot/omlx ``omlx/cache/paged_cache.py``), as do fork and
-copy-on-write (:mod:`kvlab.blockpool.fork`). Unlike vLLM, every method that takes blocks
-checks that they are this pool's own (:mod:`kvlab.blockpool.checks`).
+copy-on-write (:mod:`kvlab.engines.omlx.paged_cache`). Unlike vLLM, every method that takes blocks
+checks that they are this pool's own (:mod:`kvlab.engines.vllm.checks`).
 
 ==============  ==========================================================================
 ``free_order``  where blocks whose ``ref_cnt`` drops to 0 go (rule V4)
@@ -29,8 +29,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import polars as pl
 
-from kvlab.blockpool.block import FreeKVCacheBlockQueue, KVCacheBlock
-from kvlab.blockpool.checks import block_list, check_flag, check_num_blocks, check_own_blocks, check_sized
+from kvlab.engines.vllm.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
+from kvlab.engines.vllm.checks import block_list, check_flag, check_num_blocks, check_own_blocks, check_sized
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from kvlab.hashing.base import U64_MASK, check_block_size, check_count
 

@@ -17,14 +17,14 @@ operation at a time in Python, for stepping through and checking; the numba repl
 ``"vllm"`` mode (:mod:`kvlab.sim.vllm_kernel`) gives the same hits at sweep speed.
 """
 
-from kvlab.blockpool.block import FreeKVCacheBlockQueue, KVCacheBlock
-from kvlab.blockpool.engine_replay import EngineRun, full_block_keys, replay_requests
-from kvlab.blockpool.manager import KVCacheManager, Request
-from kvlab.blockpool.pool import FREE_ORDERS, BlockPool
-from kvlab.blockpool.radix import MatchResult, RadixCache
-from kvlab.blockpool.radix_key import RadixKey
-from kvlab.blockpool.radix_policies import RADIX_POLICIES, get_radix_policy
-from kvlab.blockpool.stats import PrefixCacheStats
+from kvlab.engines.vllm.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
+from kvlab.engines.replay import EngineRun, full_block_keys, replay_requests
+from kvlab.engines.vllm.kv_cache_manager import KVCacheManager, Request
+from kvlab.engines.vllm.block_pool import FREE_ORDERS, BlockPool
+from kvlab.engines.sglang.radix_cache import MatchResult, RadixCache
+from kvlab.engines.sglang.tree_node import RadixKey
+from kvlab.engines.sglang.evict_policy import RADIX_POLICIES, get_radix_policy
+from kvlab.engines.vllm.stats import PrefixCacheStats
 
 __all__ = [
     "FREE_ORDERS",

@@ -18,7 +18,7 @@ per-instance counter, and eviction ties (same score, same tick) go to the lower 
 — the node SGLang's monotonic clock would have stamped first.
 
 KV events (rule S9, ``enable_kv_cache_events``; ids and format in
-:mod:`kvlab.blockpool.radix_events`): ``BlockStored`` per page of a new leaf,
+:mod:`kvlab.engines.sglang.events`): ``BlockStored`` per page of a new leaf,
 ``BlockRemoved`` per evicted node, ``AllBlocksCleared`` on reset and at construction
 (SGLang's ``__init__`` calls ``reset``). By default a split emits **no** events, as in
 current SGLang (PRs #13488, #14934: chained page ids survive a split);
@@ -27,7 +27,7 @@ halves) — which ``split_events=True`` restores. Not modelled: S5's
 ``cache_unfinished_req`` (chunked prefill; ``insert(..., chunked=True)`` is its insert).
 
 Checks SGLang does not make (its callers are trusted): with a KV pool the cache records
-which slots the tree holds (:class:`~kvlab.blockpool.radix_alloc.TreeSlots`) and refuses
+which slots the tree holds (:class:`~kvlab.engines.sglang.allocator.TreeSlots`) and refuses
 new tokens whose slots the tree already holds or that are not allocated, so no slot sits
 in two nodes; eviction and reset check every slot before freeing any. Token ids must
 fit int64 (``< 2**63``), as SGLang's do.
@@ -40,16 +40,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvlab.blockpool.radix_alloc import (
+from kvlab.engines.sglang.allocator import (
     TokenSlotAllocator,
     TreeSlots,
     check_insert_value,
     check_slots,
 )
-from kvlab.blockpool.radix_key import RadixKey, TreeNode, as_radix_key
-from kvlab.blockpool.radix_policies import get_radix_policy
-from kvlab.blockpool.radix_tree import RadixTreeBase, check_bool, check_priority
-from kvlab.blockpool.radix_view import iter_tree
+from kvlab.engines.sglang.tree_node import RadixKey, TreeNode, as_radix_key
+from kvlab.engines.sglang.evict_policy import get_radix_policy
+from kvlab.engines.sglang.radix_tree import RadixTreeBase, check_bool, check_priority
+from kvlab.engines.sglang.radix_view import iter_tree
 from kvlab.hashing.base import check_block_size, check_count
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -87,7 +87,7 @@ class RadixCache(RadixTreeBase):
     Args:
         page_size: tokens per page (SGLang ``--page-size``, >= 1); lookups and inserts
             are cut to whole pages.
-        eviction_policy: a name of :data:`~kvlab.blockpool.radix_policies.RADIX_POLICIES`.
+        eviction_policy: a name of :data:`~kvlab.engines.sglang.evict_policy.RADIX_POLICIES`.
         kv_pool_size: slots of the simulated pool, or ``None`` for no pool.
         enable_kv_cache_events: record KV events for :meth:`take_events`.
         split_events: publish remove + store events on a node split (mid-2025 SGLang,
@@ -95,11 +95,11 @@ class RadixCache(RadixTreeBase):
 
     Attributes:
         policy: the eviction policy object (``policy.name`` is its name).
-        allocator: the :class:`~kvlab.blockpool.radix_alloc.TokenSlotAllocator`, or
+        allocator: the :class:`~kvlab.engines.sglang.allocator.TokenSlotAllocator`, or
             ``None`` without ``kv_pool_size``.
-        tree_slots: the :class:`~kvlab.blockpool.radix_alloc.TreeSlots` record of the
+        tree_slots: the :class:`~kvlab.engines.sglang.allocator.TreeSlots` record of the
             slots the tree holds, or ``None`` without ``kv_pool_size``.
-        root, clock: see :class:`~kvlab.blockpool.radix_tree.RadixTreeBase`.
+        root, clock: see :class:`~kvlab.engines.sglang.radix_tree.RadixTreeBase`.
 
     Raises:
         ValueError: a bad argument (names it and its value; an unknown policy lists the

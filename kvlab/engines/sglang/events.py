@@ -19,7 +19,7 @@ which an index applies to the same state.
 
 from __future__ import annotations
 
-from kvlab.blockpool.radix_key import TreeNode
+from kvlab.engines.sglang.tree_node import TreeNode
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from kvlab.hashing.base import RequestExtras
 from kvlab.hashing.sglang_hash import SGLangHasher
@@ -41,7 +41,7 @@ class RadixEventRecorder:
         ValueError: bad ``page_size``.
 
     Example:
-        >>> from kvlab.blockpool.radix_key import RadixKey
+        >>> from kvlab.engines.sglang.tree_node import RadixKey
         >>> rec = RadixEventRecorder(enabled=True, page_size=4)
         >>> root, node = TreeNode(node_id=0, now=0), TreeNode(node_id=1, now=1)
         >>> node.parent, node.key = root, RadixKey([1, 2, 3, 4])

@@ -26,7 +26,7 @@ class KVCacheBlock:
     """Metadata of one physical KV-cache block (blocks compare by identity).
 
     Models vLLM v1 ``KVCacheBlock``. Mutate it only through a
-    :class:`~kvlab.blockpool.pool.BlockPool` (or a :class:`FreeKVCacheBlockQueue` for the
+    :class:`~kvlab.engines.vllm.block_pool.BlockPool` (or a :class:`FreeKVCacheBlockQueue` for the
     links); the fields are plain so tests and notebooks can read them.
 
     Example:

@@ -3,7 +3,7 @@
 Models ``vllm/v1/metrics/stats.py :: PrefixCacheStats`` (rule V11, docs/specs/engines.md
 §1.2): counters kept apart from the cache state, recorded once per admitted request and
 handed out take-and-reset by :meth:`KVCacheManager.make_prefix_cache_stats
-<kvlab.blockpool.manager.KVCacheManager.make_prefix_cache_stats>`.
+<kvlab.engines.vllm.kv_cache_manager.KVCacheManager.make_prefix_cache_stats>`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""omlx engine models (see :mod:`kvlab.engines`)."""

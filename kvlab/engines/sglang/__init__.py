@@ -1,0 +1,1 @@
+"""sglang engine models (see :mod:`kvlab.engines`)."""

@@ -1,0 +1,1 @@
+"""vllm engine models (see :mod:`kvlab.engines`)."""
