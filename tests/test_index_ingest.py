@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvlab.engines.vllm.kv_cache_manager import KVCacheManager, Request
+from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
+from kvlab.engines.vllm.request import Request
 from kvlab.engines.vllm.block_pool import BlockPool
 from kvlab.engines.sglang.radix_cache import RadixCache
 from kvlab.engines.sglang.tree_node import RadixKey

@@ -19,7 +19,8 @@ operation at a time in Python, for stepping through and checking; the numba repl
 
 from kvlab.engines.vllm.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
 from kvlab.engines.replay import EngineRun, full_block_keys, replay_requests
-from kvlab.engines.vllm.kv_cache_manager import KVCacheManager, Request
+from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
+from kvlab.engines.vllm.request import Request
 from kvlab.engines.vllm.block_pool import FREE_ORDERS, BlockPool
 from kvlab.engines.sglang.radix_cache import MatchResult, RadixCache
 from kvlab.engines.sglang.tree_node import RadixKey

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvlab.engines.vllm.kv_cache_manager import KVCacheManager, Request
+from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
+from kvlab.engines.vllm.request import Request
 from kvlab.engines.vllm.block_pool import BlockPool
 from kvlab.traces import Trace
 

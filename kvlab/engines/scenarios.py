@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kvlab.engines.vllm.kv_cache_manager import KVCacheManager, Request
+from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
+from kvlab.engines.vllm.request import Request
 from kvlab.engines.vllm.block_pool import BlockPool
 from kvlab.engines.sglang.radix_cache import RadixCache
 from kvlab.events.types import BlockRemoved

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvlab.hashing.base import check_count
+from kvlab.core.validate import check_count
 
 
 @dataclass
@@ -52,7 +52,7 @@ class PrefixCacheStats:
         Raises:
             ValueError: a count that is not an integer >= 0, or ``num_hits > num_tokens``.
         """
-        num_tokens, num_hits = check_count(num_tokens, "num_tokens"), check_count(num_hits, "num_hits")
+        num_tokens, num_hits = check_count("num_tokens", num_tokens), check_count("num_hits", num_hits)
         if num_hits > num_tokens:
             raise ValueError(f"num_hits must be <= num_tokens ({num_tokens}), got {num_hits}")
         if preempted:
