@@ -29,8 +29,8 @@ from hypothesis.stateful import (
 
 from kvlab.engines.sglang.radix_cache import RadixCache
 from kvlab.engines.sglang.tree_node import RadixKey, TreeNode
-from kvlab.engines.sglang.evict_policy import RADIX_POLICIES
-from kvlab.engines.sglang.radix_view import iter_tree
+from kvlab.engines.sglang.evict_policy import EVICTION_STRATEGIES
+from kvlab.engines.sglang.tree_node import iter_tree
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored
 
 POOL_SLOTS = 64
@@ -46,7 +46,7 @@ class Request(NamedTuple):
 
 
 class RadixCacheMachine(RuleBasedStateMachine):
-    @initialize(page_size=st.sampled_from([1, 4]), policy=st.sampled_from(list(RADIX_POLICIES)),
+    @initialize(page_size=st.sampled_from([1, 4]), policy=st.sampled_from(list(EVICTION_STRATEGIES)),
                 split_events=st.booleans())
     def setup(self, page_size: int, policy: str, split_events: bool) -> None:
         self.cache = RadixCache(page_size=page_size, eviction_policy=policy, kv_pool_size=POOL_SLOTS,

@@ -17,19 +17,14 @@ operation at a time in Python, for stepping through and checking; the numba repl
 ``"vllm"`` mode (:mod:`kvlab.sim.vllm_kernel`) gives the same hits at sweep speed.
 """
 
-from kvlab.engines.vllm.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
 from kvlab.engines.replay import EngineRun, full_block_keys, replay_requests
-from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
-from kvlab.engines.vllm.request import Request
-from kvlab.engines.vllm.block_pool import FREE_ORDERS, BlockPool
-from kvlab.engines.sglang.radix_cache import MatchResult, RadixCache
-from kvlab.engines.sglang.tree_node import RadixKey
-from kvlab.engines.sglang.evict_policy import RADIX_POLICIES, get_radix_policy
+from kvlab.engines.sglang import EVICTION_STRATEGIES, MatchResult, RadixCache, RadixKey, get_eviction_strategy
+from kvlab.engines.vllm import FREE_ORDERS, BlockPool, FreeKVCacheBlockQueue, KVCacheBlock, KVCacheManager, Request
 from kvlab.engines.vllm.stats import PrefixCacheStats
 
 __all__ = [
     "FREE_ORDERS",
-    "RADIX_POLICIES",
+    "EVICTION_STRATEGIES",
     "BlockPool",
     "EngineRun",
     "FreeKVCacheBlockQueue",
@@ -41,6 +36,6 @@ __all__ = [
     "RadixKey",
     "Request",
     "full_block_keys",
-    "get_radix_policy",
+    "get_eviction_strategy",
     "replay_requests",
 ]

@@ -12,9 +12,14 @@ as a LoRA name)::
     ids       a0        a1 = H(a0, ·)     b0 = H(a1, ·)
     events    Stored(a0, parent None) Stored(a1, parent a0) Stored(b0, parent a1)
 
-SGLang's 2026 recorder coalesces consecutive compatible events into one; this one
-records them uncoalesced (one ``BlockStored`` per page, one ``BlockRemoved`` per node),
-which an index applies to the same state.
+The radix cache publishes ``BlockStored`` per page of a new leaf, ``BlockRemoved`` per
+evicted node and ``AllBlocksCleared`` on reset and at construction (SGLang's ``__init__``
+calls ``reset``). By default a split emits **no** events, as in current SGLang (PRs
+#13488, #14934: chained page ids survive a split); docs/specs/engines.md S9 describes the
+mid-2025 behaviour — remove(old node) + store(both halves) — which the cache's
+``split_events=True`` restores. SGLang's 2026 recorder coalesces consecutive compatible
+events into one; this one records them uncoalesced (one ``BlockStored`` per page, one
+``BlockRemoved`` per node), which an index applies to the same state.
 """
 
 from __future__ import annotations

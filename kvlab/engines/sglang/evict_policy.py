@@ -1,47 +1,48 @@
-"""SGLang's radix eviction policies (``--radix-eviction-policy``) as tiny node scores.
+"""SGLang's radix eviction strategies (``--radix-eviction-policy``) as tiny node scores.
 
 Models ``sgl-project/sglang : python/sglang/srt/mem_cache/evict_policy.py`` (SGLang
-0.5.x, docs/specs/engines.md §2.1 rule S7). Each policy is one class with one method,
-``get_priority(node)``, returning a sortable score; the cache evicts the evictable leaf
-with the **lowest** score first. Ties of every score are broken by LRU (then node id),
-because :class:`~kvlab.engines.sglang.radix_cache.RadixCache` orders heap entries as
-``(score, last_access_time, node_id)`` — SGLang's ``TreeNode.__lt__`` compares
+0.5.x, docs/specs/engines.md §2.1 rule S7), with upstream's class names. Each strategy has
+one method, ``get_priority(node)``, returning a sortable score; the cache evicts the
+evictable leaf with the **lowest** score first. Ties of every score are broken by LRU
+(then node id), because :class:`~kvlab.engines.sglang.radix_cache.RadixCache` orders heap
+entries as ``(score, last_access_time, node_id)`` — SGLang's ``TreeNode.__lt__`` compares
 ``last_access_time``.
 
 ==============  =============================================  ==================================
-name            score (lowest evicted first)                   upstream class
+name            score (lowest evicted first)                   class
 ==============  =============================================  ==================================
-``lru``         ``last_access_time``                           ``LRUStrategy`` (default)
-``lfu``         ``(hit_count, last_access_time)``              ``LFUStrategy``
-``fifo``        ``creation_time``                              ``FIFOStrategy``
-``mru``         ``-last_access_time``                          ``MRUStrategy``
-``filo``        ``-creation_time``                             ``FILOStrategy``
-``priority``    ``(priority, last_access_time)``               ``PriorityStrategy``
-``slru``        ``(1 if hit_count >= 2 else 0, last_access)``  ``SLRUStrategy`` (threshold 2)
+``lru``         ``last_access_time``                           :class:`LRUStrategy` (default)
+``lfu``         ``(hit_count, last_access_time)``              :class:`LFUStrategy`
+``fifo``        ``creation_time``                              :class:`FIFOStrategy`
+``mru``         ``-last_access_time``                          :class:`MRUStrategy`
+``filo``        ``-creation_time``                             :class:`FILOStrategy`
+``priority``    ``(priority, last_access_time)``               :class:`PriorityStrategy`
+``slru``        ``(1 if hit_count >= 2 else 0, last_access)``  :class:`SLRUStrategy` (threshold 2)
 ==============  =============================================  ==================================
 
-Why node scores and not :mod:`kvlab.policies` plug-ins: those are flat per-block
-policies (a reference class plus numba kernel hooks over dense block ids) for
-cache-level replay, where any block may be a victim. Radix eviction orders *whole leaf
-nodes* of a tree — a victim is a variable-length token span, only leaves are candidates
-and a parent becomes one when its last child goes (prefix closure, rule S8) — so a
-policy here only scores a node; the tree walk, the heap and the prefix closure stay in
-the cache. A score can order victims but cannot pin a node (locks do that).
+These are not :mod:`kvlab.policies` plug-ins: those are flat per-block policies (a
+reference class plus numba kernel hooks over dense block ids) for cache-level replay,
+where any block may be a victim. Radix eviction orders *whole leaf nodes* of a tree — a
+victim is a variable-length token span, only leaves are candidates and a parent becomes
+one when its last child goes (prefix closure, rule S8) — so a strategy here only scores a
+node; the tree walk, the heap and the prefix closure stay in the cache. A score can order
+victims but cannot pin a node (locks do that).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from kvlab.engines.sglang.tree_node import TreeNode
+from kvlab.core.validate import check_positive
+from kvlab.engines.sglang.tree_node import TreeNode
 
 #: A sortable eviction score: an int or a tuple of ints.
 Score = int | tuple[int, int]
 
 
-class RadixEvictionPolicy(Protocol):
-    """What the radix cache needs from a policy: a name and a node score."""
+class EvictionStrategy(Protocol):
+    """What the radix cache needs from a strategy (SGLang ``EvictionStrategy``): a name
+    (its ``--radix-eviction-policy`` value) and a node score."""
 
     name: str
 
@@ -50,12 +51,11 @@ class RadixEvictionPolicy(Protocol):
         ...
 
 
-class LRUPolicy:
+class LRUStrategy:
     """Least recently used first. Models SGLang ``LRUStrategy``.
 
     Example:
-        >>> from kvlab.engines.sglang.tree_node import TreeNode
-        >>> LRUPolicy().get_priority(TreeNode(node_id=1, now=5))
+        >>> LRUStrategy().get_priority(TreeNode(node_id=1, now=5))
         5
     """
 
@@ -66,12 +66,11 @@ class LRUPolicy:
         return node.last_access_time
 
 
-class LFUPolicy:
+class LFUStrategy:
     """Fewest hits first, LRU among equals. Models SGLang ``LFUStrategy``.
 
     Example:
-        >>> from kvlab.engines.sglang.tree_node import TreeNode
-        >>> LFUPolicy().get_priority(TreeNode(node_id=1, now=5))
+        >>> LFUStrategy().get_priority(TreeNode(node_id=1, now=5))
         (0, 5)
     """
 
@@ -82,12 +81,11 @@ class LFUPolicy:
         return (node.hit_count, node.last_access_time)
 
 
-class FIFOPolicy:
+class FIFOStrategy:
     """Oldest node first. Models SGLang ``FIFOStrategy``.
 
     Example:
-        >>> from kvlab.engines.sglang.tree_node import TreeNode
-        >>> FIFOPolicy().get_priority(TreeNode(node_id=1, now=5))
+        >>> FIFOStrategy().get_priority(TreeNode(node_id=1, now=5))
         5
     """
 
@@ -98,12 +96,11 @@ class FIFOPolicy:
         return node.creation_time
 
 
-class MRUPolicy:
+class MRUStrategy:
     """Most recently used first. Models SGLang ``MRUStrategy``.
 
     Example:
-        >>> from kvlab.engines.sglang.tree_node import TreeNode
-        >>> MRUPolicy().get_priority(TreeNode(node_id=1, now=5))
+        >>> MRUStrategy().get_priority(TreeNode(node_id=1, now=5))
         -5
     """
 
@@ -114,12 +111,11 @@ class MRUPolicy:
         return -node.last_access_time
 
 
-class FILOPolicy:
+class FILOStrategy:
     """Newest node first. Models SGLang ``FILOStrategy``.
 
     Example:
-        >>> from kvlab.engines.sglang.tree_node import TreeNode
-        >>> FILOPolicy().get_priority(TreeNode(node_id=1, now=5))
+        >>> FILOStrategy().get_priority(TreeNode(node_id=1, now=5))
         -5
     """
 
@@ -130,14 +126,13 @@ class FILOPolicy:
         return -node.creation_time
 
 
-class PriorityPolicy:
+class PriorityStrategy:
     """Lowest request priority first, LRU among equals. Models SGLang
     ``PriorityStrategy``; a node keeps the highest priority of the requests that
     inserted through it.
 
     Example:
-        >>> from kvlab.engines.sglang.tree_node import TreeNode
-        >>> PriorityPolicy().get_priority(TreeNode(node_id=1, now=5, priority=2))
+        >>> PriorityStrategy().get_priority(TreeNode(node_id=1, now=5, priority=2))
         (2, 5)
     """
 
@@ -148,7 +143,7 @@ class PriorityPolicy:
         return (node.priority, node.last_access_time)
 
 
-class SLRUPolicy:
+class SLRUStrategy:
     """Segmented LRU: nodes hit fewer than ``protected_threshold`` times (probationary)
     go before the others (protected), LRU within a segment. Models SGLang
     ``SLRUStrategy`` (threshold 2: a new leaf has one hit, so one reuse protects it).
@@ -160,33 +155,30 @@ class SLRUPolicy:
         ValueError: ``protected_threshold`` not an integer >= 1.
 
     Example:
-        >>> from kvlab.engines.sglang.tree_node import TreeNode
         >>> node = TreeNode(node_id=1, now=5)
         >>> node.hit_count = 2
-        >>> SLRUPolicy().get_priority(node)
+        >>> SLRUStrategy().get_priority(node)
         (1, 5)
     """
 
     name = "slru"
 
     def __init__(self, protected_threshold: int = 2) -> None:
-        if isinstance(protected_threshold, bool) or not isinstance(protected_threshold, int) \
-                or protected_threshold < 1:
-            raise ValueError(f"protected_threshold must be an integer >= 1, got {protected_threshold!r}")
-        self.protected_threshold = protected_threshold
+        self.protected_threshold = check_positive("protected_threshold", protected_threshold)
 
     def get_priority(self, node: TreeNode) -> Score:
         """``(1 if hit_count >= protected_threshold else 0, last_access_time)``."""
         return (1 if node.hit_count >= self.protected_threshold else 0, node.last_access_time)
 
 
-#: The policies by ``--radix-eviction-policy`` name.
-RADIX_POLICIES: dict[str, type] = {cls.name: cls for cls in (
-    LRUPolicy, LFUPolicy, FIFOPolicy, MRUPolicy, FILOPolicy, PriorityPolicy, SLRUPolicy)}
+#: The strategies by ``--radix-eviction-policy`` name.
+EVICTION_STRATEGIES: dict[str, type] = {cls.name: cls for cls in (
+    LRUStrategy, LFUStrategy, FIFOStrategy, MRUStrategy, FILOStrategy, PriorityStrategy, SLRUStrategy)}
 
 
-def get_radix_policy(name: str) -> RadixEvictionPolicy:
-    """A fresh policy object by name (case-insensitive, as SGLang lower-cases it).
+def get_eviction_strategy(name: str) -> EvictionStrategy:
+    """A fresh strategy object by ``--radix-eviction-policy`` name (case-insensitive, as
+    SGLang lower-cases it).
 
     Models SGLang ``get_eviction_strategy``.
 
@@ -194,10 +186,10 @@ def get_radix_policy(name: str) -> RadixEvictionPolicy:
         ValueError: unknown name; the message lists the known names.
 
     Example:
-        >>> get_radix_policy("LFU").name
+        >>> get_eviction_strategy("LFU").name
         'lfu'
     """
-    policy = RADIX_POLICIES.get(name.lower()) if isinstance(name, str) else None
-    if policy is None:
-        raise ValueError(f"eviction_policy must be one of {list(RADIX_POLICIES)}, got {name!r}")
-    return policy()
+    strategy = EVICTION_STRATEGIES.get(name.lower()) if isinstance(name, str) else None
+    if strategy is None:
+        raise ValueError(f"eviction_policy must be one of {list(EVICTION_STRATEGIES)}, got {name!r}")
+    return strategy()
