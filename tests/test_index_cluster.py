@@ -37,7 +37,7 @@ def test_one_pod_serves_as_the_engine_replay(drawn: Trace, capacity: int) -> Non
     trace = make_trace(full, block_size=size)
     frame = route_requests(trace.frame["arrival_s"].to_list(), trace_token_ids(trace, size), n_pods=1,
                            capacity_blocks=capacity, block_size_tokens=size)
-    assert frame["hit_blocks"].to_list() == replay_requests(trace, capacity_blocks=capacity).hit_blocks.tolist()
+    assert frame["hit_blocks"].to_list() == replay_requests(trace, capacity_blocks=capacity).requests["hit_blocks"].to_list()
 
 
 def test_a_fresh_index_never_over_credits(conversation_head: tuple) -> None:

@@ -25,7 +25,7 @@ def test_readme_python_example_runs(capsys) -> None:
     assert namespace["vllm_trace"].frame["block_keys"].list.len().to_list() == [6, 3]
     assert namespace["coarse"].block_size == 32
     assert [b.block_id for b in namespace["new_blocks"]] == [1, 2, 3, 4, 5] and namespace["hit_tokens"] == 0
-    assert namespace["run"].admitted.all()
+    assert not namespace["run"].requests["rejected"].any()
     assert namespace["lru_curve"].height == 100 and namespace["lru_curve"]["token_hit_ratio"].is_sorted()
     grid = namespace["grid"]
     assert grid.height == 6 and set(grid["policy"]) == {"lru", "s3fifo", "belady"}

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from kvlab.engines.vllm.block_pool import BlockPool
 from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
 from kvlab.engines.vllm.request import Request
-from kvlab.engines.vllm.block_pool import BlockPool
 from kvlab.events.types import EventBatch
 from kvlab.hashing import get_hasher
 from kvlab.index.faults import Delivery, FaultInjector
