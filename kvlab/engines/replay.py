@@ -92,6 +92,11 @@ class OmlxReplayConfig(EngineReplayConfig):
 
     Raises:
         ValueError: a bad field or combination (names it and the value).
+
+    Example:
+        >>> OmlxReplayConfig(capacity_blocks=300, ssd_capacity_blocks=1_000)
+        Traceback (most recent call last):
+        ValueError: ssd_capacity_blocks=1000 needs ssd_only=True
     """
 
     initial_blocks: int | None = None
@@ -119,6 +124,11 @@ class EngineReplaySummary(RunSummary):
 
     ``token_hit_ratio`` is ``hit_tokens / input_tokens`` (0.0 without input);
     ``cached_blocks`` is the count after the last request.
+
+    Example:
+        >>> from kvlab.traces import load_trace
+        >>> replay_requests(load_trace("synthetic").head(20)).summary.to_dict()["config"]
+        {'capacity_blocks': None, 'free_order': 'current', 'enable_caching': True}
     """
 
     driver: ClassVar[str] = "engine_vllm"
@@ -137,7 +147,14 @@ class EngineReplaySummary(RunSummary):
 @dataclass(frozen=True)
 class OmlxReplaySummary(EngineReplaySummary):
     """Totals of :func:`replay_omlx`: :class:`EngineReplaySummary`'s, plus blocks restored
-    from the SSD, the pool's final size, and the SSD store's blocks and evictions."""
+    from the SSD, the pool's final size, and the SSD store's blocks and evictions.
+
+    Example:
+        >>> from kvlab.traces import load_trace
+        >>> s = replay_omlx(load_trace("synthetic").head(20), capacity_blocks=100, initial_blocks=50).summary
+        >>> s.driver, s.pool_blocks, s.ssd_blocks  # grown to the largest request that fits (95) + null
+        ('engine_omlx', 96, 0)
+    """
 
     driver: ClassVar[str] = "engine_omlx"
     restored_blocks: int
@@ -149,7 +166,14 @@ class OmlxReplaySummary(EngineReplaySummary):
 @dataclass(frozen=True, eq=False)
 class EngineResult(RunResult):
     """A :class:`kvlab.core.RunResult` plus ``manager``: the engine's manager after the
-    last request (its pool, stats and, for oMLX, SSD store)."""
+    last request (its pool, stats and, for oMLX, SSD store).
+
+    Example:
+        >>> from kvlab.traces import load_trace
+        >>> run = replay_requests(load_trace("synthetic").head(20), capacity_blocks=500)
+        >>> run.manager.block_pool.num_blocks, run.requests.columns[5:]
+        (501, ['rejected', 'blocks', 'evictions', 'cached_blocks'])
+    """
 
     manager: KVCacheManager
 

@@ -42,7 +42,13 @@ Score = int | tuple[int, int]
 
 class EvictionStrategy(Protocol):
     """What the radix cache needs from a strategy (SGLang ``EvictionStrategy``): a name
-    (its ``--radix-eviction-policy`` value) and a node score."""
+    (its ``--radix-eviction-policy`` value) and a node score.
+
+    Example:
+        >>> strategy: EvictionStrategy = get_eviction_strategy("fifo")
+        >>> strategy.name, strategy.get_priority(TreeNode(node_id=1, now=3))
+        ('fifo', 3)
+    """
 
     name: str
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 
 import polars as pl
 
-from kvlab.core.validate import check_choice, check_count, check_flag, check_u64
+from kvlab.core.validate import U64_MAX, check_choice, check_count, check_flag, check_u64
 from kvlab.engines.vllm.checks import block_list, check_own_blocks, check_sized
 from kvlab.engines.vllm.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
@@ -48,6 +48,8 @@ def check_block_key(name: str, value: object) -> int:
         Traceback (most recent call last):
         ValueError: block_hash must be a u64 block key (an integer in [0, 2**64)), got -1
     """
+    if type(value) is int and 0 <= value <= U64_MAX:  # the common case, checked fast
+        return value
     try:
         return check_u64(name, value)
     except ValueError:
