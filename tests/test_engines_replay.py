@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from conftest import chained_traces
 from kvlab.core import check_result
 from kvlab.engines.replay import EngineReplayConfig, OmlxReplayConfig, full_block_keys, replay_omlx, replay_requests
-from kvlab.sim import replay
+from kvlab.sim import replay, sweep
 
 
 @pytest.mark.parametrize("capacity", [1_000, 10_000, 50_000])
@@ -140,3 +140,5 @@ def test_kvlab_replay_runs_omlx(synthetic) -> None:
                             ({"mode": "omlx", "capacity_blocks": 0}, "capacity_blocks must be an integer >= 1")):
         with pytest.raises(ValueError, match=message):
             replay(trace, **kwargs)
+    with pytest.raises(ValueError, match="mode 'omlx' runs oMLX's engine model, not a kernel"):
+        sweep(trace, [100], mode="omlx", executor="serial")

@@ -238,6 +238,9 @@ def run_flat(flat: FlatTrace, config: ReplayConfig, *, progress: bool = False) -
     Memory: the outputs are four ``int32[n_requests]`` arrays and a bool array, plus
     the policy's state (a few arrays of ``n_keys``).
     """
+    if config.mode == "omlx":
+        raise ValueError("mode 'omlx' runs oMLX's engine model, not a kernel: use kvlab.replay or "
+                         "kvlab.engines.replay_omlx")
     n = flat.n_requests
     hits, used, evictions, orphans = (np.zeros(n, dtype=np.int32) for _ in range(4))
     admitted = np.ones(n, dtype=np.bool_)
