@@ -2,7 +2,7 @@
 paged cache manager's design reads (jundot/omlx ``omlx/cache/paged_cache.py``): block
 metadata in plain lists, a dict from block hash to blocks, and the free queue as a Python
 list (``list.remove`` for a hit, ``del free[:n]`` to allocate). Same rules as
-:class:`kvlab.blockpool.BlockPool` in classic free order — the benchmark checks that both
+:class:`kvlab.engines.vllm.BlockPool` in classic free order — the benchmark checks that both
 give the same hits — but none of its O(1) structure. Not part of kvlab.
 """
 

@@ -11,7 +11,7 @@ from conftest import chained_traces, make_trace, scramble
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvlab.blockpool.engine_replay import replay_requests
+from kvlab.engines.replay import replay_requests
 from kvlab.hashing import sim
 from kvlab.index import FaultInjector, MaxPrefixScorer, route_requests, trace_token_ids
 from kvlab.traces import Trace, load_trace
@@ -46,7 +46,8 @@ def test_one_pod_serves_as_the_engine_replay(drawn: Trace, capacity: int) -> Non
                                                   drawn.frame["input_tokens"].to_list())]
     trace = make_trace(full, block_size=size)
     frame = route_requests(trace, n_pods=1, capacity_blocks=capacity, block_size_tokens=size).requests
-    assert frame["hit_blocks"].to_list() == replay_requests(trace, capacity_blocks=capacity).hit_blocks.tolist()
+    engine = replay_requests(trace, capacity_blocks=capacity)
+    assert frame["hit_blocks"].to_list() == engine.requests["hit_blocks"].to_list()
 
 
 def test_a_fresh_index_never_over_credits(conversation_head: Trace) -> None:

@@ -22,8 +22,6 @@ DESIGN = ROOT / "docs" / "DESIGN.md"
 #: Notebook-side libraries: only these layers import them.
 UI_LIBRARIES = frozenset({"altair", "ipywidgets", "anywidget", "vl_convert"})
 UI_LAYERS = frozenset({"viz", "ui", "cli"})
-#: Old names of a layer while another change renames it.
-ALIASES = {"blockpool": "engines"}  # kvlab.blockpool becomes kvlab.engines (issue 13 §3); one layer until then
 
 
 def layer_order(design: str) -> dict[str, int]:
@@ -63,7 +61,7 @@ def layer_of(module: str) -> str | None:
     parts = module.split(".")
     if len(parts) < 2:
         return None
-    return ALIASES.get(parts[1], parts[1])
+    return parts[1]
 
 
 def front_door_exports(package: Path = PACKAGE) -> dict[str, str]:
@@ -144,7 +142,7 @@ def test_every_kvlab_import_points_down_the_layer_order() -> None:
 
 
 def test_every_package_and_module_of_kvlab_is_in_the_layers_table() -> None:
-    names = {ALIASES.get(p.name, p.name) for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    names = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
     names |= {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
     assert sorted(names - set(ORDER)) == []
 
@@ -203,14 +201,6 @@ def test_the_same_imports_are_fine_one_layer_up_and_ui_libraries_in_viz(tmp_path
     assert violations(package / "viz" / "charts.py", source, package=package) == [
         "kvlab/viz/charts.py:16: kvlab.viz imports kvlab.ui.stepper, a layer above kvlab.viz",
     ]
-
-
-def test_an_old_package_name_counts_as_its_new_layer(tmp_path: Path) -> None:
-    package = tmp_path / "kvlab"
-    package.mkdir()
-    assert violations(package / "blockpool" / "pool.py", "from kvlab.index import base\n", package=package) == [
-        "kvlab/blockpool/pool.py:1: kvlab.engines imports kvlab.index, a layer above kvlab.engines"]
-    assert violations(package / "index" / "cluster.py", "from ..blockpool import pool\n", package=package) == []
 
 
 def test_a_design_md_without_the_table_is_an_error() -> None:

@@ -7,7 +7,7 @@ import pytest
 
 
 def test_block_pool_chart_from_a_real_pool() -> None:
-    from kvlab.blockpool.scenarios import design_doc_example
+    from kvlab.engines.scenarios import design_doc_example
     from kvlab.viz import block_pool_chart
 
     scenario = design_doc_example("classic")
@@ -25,7 +25,7 @@ def test_block_pool_chart_from_a_real_pool() -> None:
 
 
 def test_radix_tree_chart_from_a_real_cache() -> None:
-    from kvlab.blockpool import RadixCache
+    from kvlab.engines.sglang import RadixCache
     from kvlab.viz import radix_tree_chart, tree_layout
 
     cache = RadixCache(page_size=1)

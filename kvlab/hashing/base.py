@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvlab.core.validate import check_count as _check_count
+from kvlab.core.validate import check_count
 from kvlab.core.validate import check_int, check_positive, check_str, check_u64
 
 #: A block hash in an engine's native form.
@@ -233,7 +233,7 @@ class BlockHasher(ABC):
         Raises:
             ValueError: ``n_tokens`` is not an integer >= 0.
         """
-        n_tokens = _check_count("n_tokens", n_tokens)
+        n_tokens = check_count("n_tokens", n_tokens)
         full, rest = divmod(n_tokens, self.block_size)
         return full + (1 if rest and self.hashes_partial_tail else 0)
 
@@ -243,16 +243,6 @@ class BlockHasher(ABC):
 
 #: Largest block size accepted (tokens); far beyond any engine's, small enough for int32 maths.
 MAX_BLOCK_SIZE = 2**31 - 1
-
-
-def check_count(value: object, name: str) -> int:
-    """:func:`kvlab.core.validate.check_count` with the arguments the other way round, for
-    ``kvlab.blockpool`` until it calls ``kvlab.core.validate`` itself (then this goes).
-
-    Raises:
-        ValueError: naming the parameter and the value.
-    """
-    return _check_count(name, value)
 
 
 def check_block_size(block_size: object, name: str = "block_size") -> int:
@@ -366,7 +356,7 @@ def block_mm_identifiers(mm_items: Sequence[MMItem], n_blocks: int, block_size: 
         [('a',), ('a', 'b'), ()]
     """
     block_size = check_block_size(block_size)
-    n_blocks = _check_count("n_blocks", n_blocks)
+    n_blocks = check_count("n_blocks", n_blocks)
     if not all(isinstance(item, MMItem) for item in mm_items):
         raise ValueError(f"mm_items must be MMItem values, got {mm_items!r}")
     per_block: list[list[str]] = [[] for _ in range(n_blocks)]

@@ -4,8 +4,8 @@ What a notebook needs to show index staleness (docs/specs/engines.md §9 row 10)
 request is routed by a :class:`~kvlab.index.scorers.Scorer` over an index that only knows
 what the pods' KV events told it — through a :class:`~kvlab.index.faults.FaultInjector`
 (coalescing, delay, loss ...) — and is then served by the chosen pod's
-:class:`~kvlab.blockpool.KVCacheManager` (looked up, admitted, finished at once, as
-:func:`kvlab.blockpool.engine_replay.replay_requests`), whose events go back to the index.
+:class:`~kvlab.engines.KVCacheManager` (looked up, admitted, finished at once, as
+:func:`kvlab.engines.replay.replay_requests`), whose events go back to the index.
 Every routing decision is checked against the pods' real cache state (their block pools):
 a choice is *wrong* when another pod really held a longer prefix of the request.
 
@@ -24,10 +24,11 @@ from typing import ClassVar
 import numpy as np
 import polars as pl
 
-from kvlab.blockpool.manager import KVCacheManager, Request
-from kvlab.blockpool.pool import BlockPool
 from kvlab.core.result import RunResult, RunSummary, timeline_frame, to_jsonable
 from kvlab.core.validate import check_count, check_positive
+from kvlab.engines.vllm.block_pool import BlockPool
+from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
+from kvlab.engines.vllm.request import Request
 from kvlab.events.types import EventBatch
 from kvlab.hashing import get_hasher
 from kvlab.index.faults import Delivery, FaultInjector

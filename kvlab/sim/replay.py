@@ -19,14 +19,16 @@ import polars as pl
 from kvlab.core.result import RunResult, RunSummary, rolling_hit_ratio, timeline_frame
 from kvlab.core.semantics import HIT_SEMANTICS, SINGLE_TIER, TOUCH_ORDERS
 from kvlab.core.validate import check_choice, check_flag, check_int, check_positive, check_real
+from kvlab.engines.replay import replay_omlx
 from kvlab.policies import get_policy
 from kvlab.sim.kernel import make_orphan_tracker, replay_range
 from kvlab.sim.vllm_kernel import FREE_ORDERS, make_vllm_state, vllm_replay_range
 from kvlab.traces import Trace
 from kvlab.traces.flat import FlatTrace
 
-#: Replay modes: kvlab's cache-level prefix cache, or vLLM v1's block pool (:mod:`kvlab.sim.vllm_kernel`).
-MODES = ("prefix", "vllm")
+#: Replay modes: kvlab's cache-level prefix cache, vLLM v1's block pool (:mod:`kvlab.sim.vllm_kernel`),
+#: or oMLX's paged cache (:func:`kvlab.engines.replay_omlx`).
+MODES = ("prefix", "vllm", "omlx")
 _CHUNK_REFS = 2_000_000  # block refs per kernel call when a progress bar is shown
 
 
@@ -50,13 +52,23 @@ class ReplayConfig:
             de-duplication, ``capacity_blocks`` physical blocks whose free queue is the
             eviction order (:mod:`kvlab.sim.vllm_kernel`; needs ``policy="lru"`` and
             the default touch order, which the free queue implies).
-        free_order: vLLM's free-queue discipline in ``"vllm"`` mode: ``"current"``
-            (default: unhashed blocks to the head, PR #42656) or ``"classic"``.
+            ``"omlx"`` — oMLX's paged cache manager through :func:`kvlab.engines.replay_omlx`
+            (the Python engine model, one request at a time; its result is that
+            function's :class:`kvlab.engines.EngineResult`): ``capacity_blocks`` (>= 1, or
+            ``None``) is the pool's usable blocks at ``max_blocks``, the pool created at
+            that size; same ``policy`` / touch-order requirements as ``"vllm"``, no
+            warm-up, ``window_requests`` unused.
+        free_order: vLLM's free-queue discipline in ``"vllm"`` and ``"omlx"`` modes:
+            ``"current"`` (default: unhashed blocks to the head, PR #42656) or ``"classic"``.
         hit_semantics: ``"prefix"`` (default: the longest run of cached leading blocks)
             or ``"independent"`` (every block looked up and accessed on its own, in touch
             order — a plain object cache, for comparing with libCacheSim).
         track_orphans: count orphaned blocks (resident, parent not resident) after every
             request (timeline metric ``orphaned_blocks``; costs some speed).
+        ssd_only: ``"omlx"`` mode only: oMLX's paged-SSD-only mode (block data on a paged
+            SSD store, the pool holding metadata).
+        ssd_capacity_blocks: ``"omlx"`` mode with ``ssd_only``: the SSD store's capacity in
+            blocks (>= 1); ``None`` = unbounded.
 
     Raises:
         ValueError: a field out of range or an unknown policy (names field and value).
@@ -79,6 +91,8 @@ class ReplayConfig:
     free_order: str = "current"
     hit_semantics: str = "prefix"
     track_orphans: bool = False
+    ssd_only: bool = False
+    ssd_capacity_blocks: int | None = None
 
     def __post_init__(self) -> None:
         get_policy(self.policy)
@@ -92,18 +106,25 @@ class ReplayConfig:
             "free_order": check_choice("free_order", self.free_order, FREE_ORDERS),
             "hit_semantics": check_choice("hit_semantics", self.hit_semantics, HIT_SEMANTICS),
             "track_orphans": check_flag("track_orphans", self.track_orphans),
+            "ssd_only": check_flag("ssd_only", self.ssd_only),
+            "ssd_capacity_blocks": check_int("ssd_capacity_blocks", self.ssd_capacity_blocks, low=0,
+                                             high=2**63 - 1, optional=True),
         }
         if not 0.0 <= normal["warmup_fraction"] < 1.0:
             raise ValueError(f"warmup_fraction must be a number in [0, 1), got {self.warmup_fraction!r}")
         for name, value in normal.items():
             object.__setattr__(self, name, value)
-        if self.mode == "vllm" and (self.hit_semantics != "prefix" or self.track_orphans):
-            raise ValueError("mode 'vllm' models vLLM's prefix lookups: hit_semantics='independent' and "
+        if self.mode != "prefix" and (self.hit_semantics != "prefix" or self.track_orphans):
+            raise ValueError(f"mode {self.mode!r} models vLLM's prefix lookups: hit_semantics='independent' and "
                              "track_orphans apply to mode 'prefix' only")
-        if self.mode == "vllm" and (self.policy != "lru" or self.touch_order != "head_most_recent"):
-            raise ValueError(f"mode 'vllm' replays vLLM's free queue, an LRU freed in reverse: it needs "
+        if self.mode != "prefix" and (self.policy != "lru" or self.touch_order != "head_most_recent"):
+            raise ValueError(f"mode {self.mode!r} replays vLLM's free queue, an LRU freed in reverse: it needs "
                              f"policy='lru' and touch_order='head_most_recent', got policy={self.policy!r}, "
                              f"touch_order={self.touch_order!r}")
+        if self.mode == "omlx" and self.warmup_fraction:
+            raise ValueError(f"mode 'omlx' has no warm-up, got warmup_fraction={self.warmup_fraction!r}")
+        if self.mode != "omlx" and (self.ssd_only is not False or self.ssd_capacity_blocks is not None):
+            raise ValueError("ssd_only and ssd_capacity_blocks apply to mode 'omlx' only")
 
     def warmup_requests(self, n_requests: int) -> int:
         """Number of leading requests excluded from the statistics."""
@@ -192,6 +213,9 @@ def run_flat(flat: FlatTrace, config: ReplayConfig, *, progress: bool = False) -
     Memory: the outputs are four ``int32[n_requests]`` arrays and a bool array, plus
     the policy's state (a few arrays of ``n_keys``).
     """
+    if config.mode == "omlx":
+        raise ValueError("mode 'omlx' runs oMLX's engine model, not a kernel: use kvlab.replay or "
+                         "kvlab.engines.replay_omlx")
     n = flat.n_requests
     hits, used, evictions, orphans = (np.zeros(n, dtype=np.int32) for _ in range(4))
     admitted = np.ones(n, dtype=np.bool_)
@@ -299,6 +323,8 @@ def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool =
           caches), ``orphaned_blocks`` (with ``track_orphans``), ``hit_blocks``, ``miss_blocks``;
         * ``summary``: a :class:`ReplaySummary`; ``config``: the :class:`ReplayConfig`.
 
+        In mode ``"omlx"``, :func:`kvlab.engines.replay_omlx`'s result (the same four parts).
+
     Raises:
         ValueError: ``trace`` is not a :class:`~kvlab.traces.Trace`, ``config`` is not
             a :class:`ReplayConfig`, or an invalid configuration field (names field
@@ -317,6 +343,9 @@ def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool =
         raise ValueError(f"config must be a ReplayConfig or None, got {config!r}; "
                          "pass the capacity by name: replay(trace, capacity_blocks=...)")
     config = replace(config or ReplayConfig(), **overrides)
+    if config.mode == "omlx":
+        return replay_omlx(trace, capacity_blocks=config.capacity_blocks, free_order=config.free_order,
+                           ssd_only=config.ssd_only, ssd_capacity_blocks=config.ssd_capacity_blocks)
     return result_of(trace, config, run_kernel(trace, config, progress=progress))
 
 

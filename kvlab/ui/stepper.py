@@ -1,4 +1,4 @@
-"""A Step / Reset panel that walks a :class:`~kvlab.blockpool.scenarios.Scenario`."""
+"""A Step / Reset panel that walks a :class:`~kvlab.engines.scenarios.Scenario`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 import altair as alt
 import ipywidgets as widgets
 
-from kvlab.blockpool.scenarios import Scenario
+from kvlab.engines.scenarios import Scenario
 
 
 class StepperPanel:
@@ -24,7 +24,7 @@ class StepperPanel:
         chart: an ``altair.JupyterChart`` of the current state.
 
     Example:
-        >>> from kvlab.blockpool.scenarios import design_doc_example
+        >>> from kvlab.engines.scenarios import design_doc_example
         >>> from kvlab.viz import block_pool_chart
         >>> panel = StepperPanel(lambda: design_doc_example("classic"), lambda m: block_pool_chart(m.block_pool))
         >>> panel.step_button.click()

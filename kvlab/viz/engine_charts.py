@@ -27,7 +27,7 @@ def block_pool_chart(pool: object, *, columns: int = 16, title: str | None = Non
     """Blocks by state with ref counts, and the free queue from head (next victim) to tail.
 
     Args:
-        pool: a :class:`kvlab.blockpool.BlockPool` or its ``snapshot()`` frame (columns
+        pool: a :class:`kvlab.engines.BlockPool` or its ``snapshot()`` frame (columns
             ``block_id``, ``state``, ``ref_cnt``, ``block_hash``, ``queue_position``).
         columns: blocks per row of the grid.
         title: chart title.
@@ -108,7 +108,7 @@ def radix_tree_chart(cache: object, *, title: str | None = None) -> alt.LayerCha
     evictable leaf / inner), edges to parents, labelled with each node's first tokens.
 
     Args:
-        cache: a :class:`kvlab.blockpool.RadixCache` or its ``snapshot()`` frame (columns
+        cache: a :class:`kvlab.engines.RadixCache` or its ``snapshot()`` frame (columns
             ``node_id``, ``parent_id``, ``depth``, ``n_tokens``, ``first_tokens``,
             ``lock_ref``, ``evictable``, ``hit_count``, ``last_access_time``).
         title: chart title.

@@ -1,4 +1,4 @@
-"""Request-level façade of a vLLM v1 KV cache: prefix lookup, slot allocation, free, fork.
+"""Request-level façade of a vLLM v1 KV cache: prefix lookup, slot allocation, free.
 
 Models ``vllm/v1/core/kv_cache_manager.py :: KVCacheManager`` over one full-attention
 KV-cache group (``UnitaryKVCacheCoordinator`` + ``FullAttentionManager``;
@@ -6,171 +6,31 @@ docs/specs/engines.md §1, rules V4–V8, V11, V14). kvlab folds in the one piec
 scheduler bookkeeping the rules depend on: a successful :meth:`KVCacheManager.allocate_slots`
 advances ``request.num_computed_tokens`` and records prefix-cache stats at admission.
 
-Fork with copy-on-write is not vLLM's — vLLM v1 does not fork (its partial blocks are
-never shared). It comes from the oMLX design (jundot/omlx ``omlx/cache/paged_cache.py``)
-and lives in :mod:`kvlab.blockpool.fork`; the elastic pool
-(:class:`~kvlab.blockpool.pool.BlockPool` ``max_blocks``) comes from the same design.
-
-Unlike vLLM, the manager checks its callers (:mod:`kvlab.blockpool.checks`): prefix-hit
+Unlike vLLM, the manager checks its callers (:mod:`kvlab.engines.vllm.checks`): prefix-hit
 blocks must be the request's own cached blocks, and a request id belongs to one live
-:class:`Request` object at a time (until it is freed or preempted).
+:class:`~kvlab.engines.vllm.request.Request` at a time (until it is freed or preempted).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
-import numpy as np
-
-from kvlab.blockpool.block import KVCacheBlock
-from kvlab.blockpool.checks import (
-    block_list,
-    check_allocation,
-    check_flag,
-    check_group_block_sizes,
-    check_owner,
-    check_positive,
-)
-from kvlab.blockpool.fork import ForkMixin
-from kvlab.blockpool.pool import BlockPool, check_block_key
-from kvlab.blockpool.stats import PrefixCacheStats
+from kvlab.core.validate import check_flag
+from kvlab.engines.vllm.block_pool import BlockPool
+from kvlab.engines.vllm.checks import block_list, check_allocation, check_group_block_sizes, check_owner
+from kvlab.engines.vllm.kv_cache_utils import KVCacheBlock
+from kvlab.engines.vllm.request import Request
+from kvlab.engines.vllm.stats import PrefixCacheStats
 from kvlab.events.types import KVEvent
-from kvlab.hashing.base import BlockHasher, RequestExtras, as_token_array, check_block_size, check_count
+from kvlab.hashing.base import check_block_size
 
 
-def _full_block_keys(hasher: BlockHasher, token_ids: list[int], extras: RequestExtras | None) -> list[int]:
-    """The hasher's u64 keys of the full blocks (vLLM hashes no partial tail)."""
-    keys = hasher.block_keys(token_ids, extras)
-    return [int(k) for k in keys[: len(token_ids) // hasher.block_size]]
-
-
-@dataclass(eq=False)
-class Request:
-    """What the KV cache manager needs to know about one request.
-
-    Models the cache-related part of vLLM v1 ``Request``: its length, the chained
-    block hashes of its full blocks (precomputed as tokens arrive, V8), how many tokens
-    are computed, how often it was preempted. Build it with :meth:`from_tokens` (a
-    :mod:`kvlab.hashing` profile hashes the tokens) or :meth:`from_block_keys` (trace
-    replay: keys given directly).
-
-    Example:
-        >>> from kvlab.hashing import sim
-        >>> req = Request.from_tokens("r0", range(10), sim(block_size=4))
-        >>> req.num_tokens, len(req.block_hashes), req.block_size
-        (10, 2, 4)
-        >>> Request.from_block_keys("r1", 9, [7, 8])
-        Request(request_id='r1', num_tokens=9, block_hashes=[7, 8], block_size=None, token_ids=None,
-                num_computed_tokens=0, num_preemptions=0)
-    """
-
-    request_id: str
-    """Unique id; the manager keys block tables by it (one live object per id)."""
-    num_tokens: int
-    """Tokens so far (prompt plus appended output), >= 1."""
-    block_hashes: list[int]
-    """u64 keys of the full blocks, chained (equal key ⇒ equal whole prefix)."""
-    block_size: int | None = None
-    """Block size the keys were computed for (the hasher's); ``None`` when given directly."""
-    token_ids: list[int] | None = None
-    """The tokens, when known (they go into ``BlockStored`` events)."""
-    num_computed_tokens: int = 0
-    """Tokens whose KV is in the request's blocks (hits included)."""
-    num_preemptions: int = 0
-    """Times the request was preempted (rule V14)."""
-    hasher: BlockHasher | None = field(default=None, repr=False)
-    """The profile that hashes appended tokens (:meth:`from_tokens` requests)."""
-    extras: RequestExtras | None = field(default=None, repr=False)
-    """LoRA / multimodal / salt inputs passed to ``hasher``."""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.request_id, str) or not self.request_id:
-            raise ValueError(f"request_id must be a non-empty string, got {self.request_id!r}")
-        check_positive(self.num_tokens, "num_tokens")
-        self.block_hashes = [check_block_key(h, f"block_hashes[{i}]") for i, h in enumerate(self.block_hashes)]
-        if self.block_size is not None and len(self.block_hashes) != self.num_tokens // self.block_size:
-            raise ValueError(f"block_hashes has {len(self.block_hashes)} keys but {self.num_tokens} tokens make "
-                             f"{self.num_tokens // self.block_size} full blocks of {self.block_size}")
-        if self.token_ids is not None and len(self.token_ids) != self.num_tokens:
-            raise ValueError(f"token_ids has {len(self.token_ids)} tokens but num_tokens is {self.num_tokens}")
-        if check_count(self.num_computed_tokens, "num_computed_tokens") > self.num_tokens:
-            raise ValueError(f"num_computed_tokens must be <= num_tokens ({self.num_tokens}), "
-                             f"got {self.num_computed_tokens}")
-        check_count(self.num_preemptions, "num_preemptions")
-
-    @classmethod
-    def from_tokens(cls, request_id: str, token_ids: Sequence[int] | np.ndarray, hasher: BlockHasher,
-                    extras: RequestExtras | None = None) -> Request:
-        """A request whose full blocks are keyed by ``hasher.block_keys(token_ids, extras)``.
-
-        The manager using it must have ``block_size == hasher.block_size``.
-
-        Raises:
-            ValueError: ``hasher`` is not a :class:`~kvlab.hashing.BlockHasher`; no
-                tokens; invalid tokens or extras (from the hasher).
-        """
-        if not isinstance(hasher, BlockHasher):
-            raise ValueError(f"hasher must be a kvlab.hashing BlockHasher, got {type(hasher).__name__}")
-        tokens = [int(t) for t in as_token_array(token_ids)]
-        return cls(request_id, len(tokens), _full_block_keys(hasher, tokens, extras), hasher.block_size, tokens,
-                   hasher=hasher, extras=extras)
-
-    @classmethod
-    def from_block_keys(cls, request_id: str, num_tokens: int, block_keys: Iterable[int]) -> Request:
-        """A request given its length and the u64 keys of its full blocks (trace replay).
-
-        Pass one key per full block (``num_tokens // block_size`` keys; drop a trace's
-        partial-tail key); the manager checks the count against its block size at use.
-        No tokens are known, so the ``BlockStored`` events its blocks cause carry
-        ``token_ids=()`` (the keys, parent key and block size only).
-
-        Raises:
-            ValueError: a bad id, length or key.
-        """
-        return cls(request_id, num_tokens, list(block_keys))
-
-    def append_tokens(self, token_ids: Sequence[int] | np.ndarray) -> None:
-        """Append output tokens (a :meth:`from_tokens` request); newly full blocks get keys.
-
-        Raises:
-            ValueError: the request was built from block keys, or no / invalid tokens.
-        """
-        if self.hasher is None or self.token_ids is None:
-            raise ValueError(f"request {self.request_id!r} has no hasher (built from block keys); "
-                             f"use append_block_keys")
-        new = [int(t) for t in as_token_array(token_ids)]
-        if not new:
-            raise ValueError("token_ids must not be empty")
-        tokens = self.token_ids + new
-        if len(tokens) // self.hasher.block_size > len(self.block_hashes):
-            self.block_hashes = _full_block_keys(self.hasher, tokens, self.extras)
-        self.token_ids, self.num_tokens = tokens, len(tokens)
-
-    def append_block_keys(self, num_new_tokens: int, block_keys: Iterable[int] = ()) -> None:
-        """Append ``num_new_tokens`` tokens and the keys of the blocks they complete
-        (a :meth:`from_block_keys` request).
-
-        Raises:
-            ValueError: the request has tokens (use :meth:`append_tokens`),
-                ``num_new_tokens`` not an integer >= 1, or a bad key.
-        """
-        if self.token_ids is not None:
-            raise ValueError(f"request {self.request_id!r} has token ids; use append_tokens")
-        check_positive(num_new_tokens, "num_new_tokens")
-        keys = [check_block_key(k, f"block_keys[{i}]") for i, k in enumerate(block_keys)]
-        self.num_tokens += num_new_tokens
-        self.block_hashes.extend(keys)
-
-
-class KVCacheManager(ForkMixin):
+class KVCacheManager:
     """Prefix lookup, slot allocation and freeing for requests over one :class:`BlockPool`.
 
     Models vLLM v1 ``KVCacheManager`` with a single KV-cache group. Lookups are pure
     (V6); :meth:`allocate_slots` is all-or-nothing (V7); a finished or preempted request
-    frees its blocks in reverse (V4, V14); stats are recorded once per admission (V11);
-    :meth:`~kvlab.blockpool.fork.ForkMixin.fork` shares a running request's blocks with
-    copy-on-write (from oMLX; vLLM v1 does not fork).
+    frees its blocks in reverse (V4, V14); stats are recorded once per admission (V11).
 
     Args:
         pool: the block pool (its ``block_size`` and ``enable_caching`` must match).
@@ -204,7 +64,7 @@ class KVCacheManager(ForkMixin):
         self.block_size = check_block_size(block_size)
         if self.block_size != pool.block_size:
             raise ValueError(f"block_size is {block_size} but the pool's block_size is {pool.block_size}")
-        enable_caching = check_flag(enable_caching, "enable_caching")
+        enable_caching = check_flag("enable_caching", enable_caching)
         if enable_caching != pool.enable_caching:
             raise ValueError(f"enable_caching is {enable_caching} but the pool's is {pool.enable_caching}")
         if group_block_sizes is not None:
@@ -269,15 +129,11 @@ class KVCacheManager(ForkMixin):
             table:  [old blocks (the last one maybe copied) | hit blocks][new blocks]
 
         Capacity: new blocks + hit blocks with ``ref_cnt == 0`` (touching them takes
-        them out of the free queue) + 1 for a copy-on-write must fit
-        :meth:`BlockPool.get_num_available_blocks`; otherwise ``None`` and nothing is
-        touched, allocated or recorded. On success, in order: touch the hits, take new
-        blocks from the pool (a copy first), cache the newly full blocks, advance
+        them out of the free queue) must fit the pool's free blocks; otherwise ``None``
+        and nothing is touched, allocated or recorded. On success, in order: touch the
+        hits, take new blocks from the pool, cache the newly full blocks, advance
         ``request.num_computed_tokens``, and — at admission, i.e. when it was 0 — record
         prefix-cache stats (preempted requests counted apart, V11).
-
-        Copy-on-write (:mod:`kvlab.blockpool.fork`): if the last block is partially
-        filled and shared (after a fork), the first new block becomes its private copy.
 
         Args:
             request: the request; its id must not be held by another live request.
@@ -288,8 +144,7 @@ class KVCacheManager(ForkMixin):
                 ``i`` must be a block of this pool holding ``request.block_hashes[i]``.
 
         Returns:
-            The newly allocated blocks (a copy-on-write copy first), or ``None`` when they
-            do not fit.
+            The newly allocated blocks, or ``None`` when they do not fit.
 
         Raises:
             ValueError: bad counts, hits for a running request or with caching off, hits
@@ -299,32 +154,42 @@ class KVCacheManager(ForkMixin):
                 tokens have no blocks (freed) or do not match its table, or a request id
                 held by another live :class:`Request` object.
         """
-        hits = block_list(new_computed_blocks, "new_computed_blocks")
-        total = check_allocation(self, request, num_new_tokens, num_new_computed_tokens, hits)
-        rid, size = request.request_id, self.block_size
+        hits = block_list("new_computed_blocks", new_computed_blocks)
+        total = self._check_allocation(request, num_new_tokens, num_new_computed_tokens, hits)
+        rid = request.request_id
         table = self._req_to_blocks.get(rid, [])
-        num_new = -(-total // size) - len(table) - len(hits)
-        copy = int(self._needs_copy(request))
+        num_new = -(-total // self.block_size) - len(table) - len(hits)
         evictable = sum(1 for b in hits if b.ref_cnt == 0)
-        if num_new + copy + evictable > self.block_pool.get_num_available_blocks():
+        if num_new + evictable > self._num_allocatable_blocks():
             return None
         admitted = request.num_computed_tokens == 0
         self.block_pool.touch(hits)
-        new_blocks = self.block_pool.get_new_blocks(num_new + copy)
+        new_blocks = self.block_pool.get_new_blocks(num_new)
         table = self._req_to_blocks.setdefault(rid, [])
         if not table:
             self._num_cached_block[rid] = len(hits)
             self._owners[rid] = request
         table.extend(hits)
-        if copy:
-            self._copy_last_block(rid, new_blocks[0])
-        table.extend(new_blocks[copy:])
+        table.extend(new_blocks)
         if self.enable_caching:
             self._cache_blocks(request, total)
         request.num_computed_tokens = total
         if admitted and self.enable_caching:
             self.prefix_cache_stats.record(request.num_tokens, num_new_computed_tokens, request.num_preemptions > 0)
         return new_blocks
+
+    def _check_allocation(self, request: Request, num_new_tokens: object, num_new_computed_tokens: object,
+                          hits: list[KVCacheBlock]) -> int:
+        """Every check of :meth:`allocate_slots`; the request's computed tokens after it."""
+        self._check_request(request)
+        check_owner(self._owners, request)
+        return check_allocation(request, self._req_to_blocks.get(request.request_id, []), hits, num_new_tokens,
+                                num_new_computed_tokens, block_size=self.block_size,
+                                enable_caching=self.enable_caching, pool_blocks=self.block_pool.blocks)
+
+    def _num_allocatable_blocks(self) -> int:
+        """Blocks :meth:`allocate_slots` may take from the pool now: its free blocks."""
+        return self.block_pool.get_num_free_blocks()
 
     def _cache_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache the blocks full within the first ``num_tokens`` tokens (vLLM

@@ -12,14 +12,19 @@ as a LoRA name)::
     ids       a0        a1 = H(a0, ·)     b0 = H(a1, ·)
     events    Stored(a0, parent None) Stored(a1, parent a0) Stored(b0, parent a1)
 
-SGLang's 2026 recorder coalesces consecutive compatible events into one; this one
-records them uncoalesced (one ``BlockStored`` per page, one ``BlockRemoved`` per node),
-which an index applies to the same state.
+The radix cache publishes ``BlockStored`` per page of a new leaf, ``BlockRemoved`` per
+evicted node and ``AllBlocksCleared`` on reset and at construction (SGLang's ``__init__``
+calls ``reset``). By default a split emits **no** events, as in current SGLang (PRs
+#13488, #14934: chained page ids survive a split); docs/specs/engines.md S9 describes the
+mid-2025 behaviour — remove(old node) + store(both halves) — which the cache's
+``split_events=True`` restores. SGLang's 2026 recorder coalesces consecutive compatible
+events into one; this one records them uncoalesced (one ``BlockStored`` per page, one
+``BlockRemoved`` per node), which an index applies to the same state.
 """
 
 from __future__ import annotations
 
-from kvlab.blockpool.radix_key import TreeNode
+from kvlab.engines.sglang.tree_node import TreeNode
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from kvlab.hashing.base import RequestExtras
 from kvlab.hashing.sglang_hash import SGLangHasher
@@ -41,7 +46,7 @@ class RadixEventRecorder:
         ValueError: bad ``page_size``.
 
     Example:
-        >>> from kvlab.blockpool.radix_key import RadixKey
+        >>> from kvlab.engines.sglang.tree_node import RadixKey
         >>> rec = RadixEventRecorder(enabled=True, page_size=4)
         >>> root, node = TreeNode(node_id=0, now=0), TreeNode(node_id=1, now=1)
         >>> node.parent, node.key = root, RadixKey([1, 2, 3, 4])

@@ -9,10 +9,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kvlab.blockpool.radix import MatchResult, RadixCache
-from kvlab.blockpool.radix_alloc import TokenSlotAllocator
-from kvlab.blockpool.radix_key import RadixKey
-from kvlab.blockpool.radix_policies import RADIX_POLICIES, SLRUPolicy, get_radix_policy
+from kvlab.engines.sglang.radix_cache import MatchResult, RadixCache
+from kvlab.engines.sglang.allocator import TokenToKVPoolAllocator
+from kvlab.engines.sglang.tree_node import RadixKey
+from kvlab.engines.sglang.evict_policy import EVICTION_STRATEGIES, SLRUStrategy, get_eviction_strategy
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored
 from kvlab.hashing.base import RequestExtras
 from kvlab.hashing.sglang_hash import SGLangHasher
@@ -98,7 +98,7 @@ POLICY_ORDERS = {"lru": [4, 1, 2, 3], "mru": [3, 2, 1, 4], "fifo": [1, 2, 3, 4],
                  "lfu": [4, 2, 3, 1], "priority": [4, 1, 3, 2], "slru": [4, 2, 1, 3]}
 
 
-@pytest.mark.parametrize("policy", list(RADIX_POLICIES))
+@pytest.mark.parametrize("policy", list(EVICTION_STRATEGIES))
 def test_each_policy_evicts_leaves_in_its_order(policy: str) -> None:
     cache = RadixCache(eviction_policy=policy, enable_kv_cache_events=True)
     cache.insert([1])               # t1  A
@@ -421,19 +421,19 @@ def test_snapshot_pretty_and_repr() -> None:
 # ----- policies registry, allocator, bad input ----------------------------------------
 
 def test_policy_registry_names_and_errors() -> None:
-    assert list(RADIX_POLICIES) == ["lru", "lfu", "fifo", "mru", "filo", "priority", "slru"]
-    assert all(get_radix_policy(name).name == name for name in RADIX_POLICIES)
+    assert list(EVICTION_STRATEGIES) == ["lru", "lfu", "fifo", "mru", "filo", "priority", "slru"]
+    assert all(get_eviction_strategy(name).name == name for name in EVICTION_STRATEGIES)
     with pytest.raises(ValueError, match=r"eviction_policy must be one of \['lru', 'lfu', 'fifo', 'mru', 'filo', "
                                          r"'priority', 'slru'\], got 'arc'"):
         RadixCache(eviction_policy="arc")
     with pytest.raises(ValueError, match="got None"):
-        get_radix_policy(None)
+        get_eviction_strategy(None)
     with pytest.raises(ValueError, match="protected_threshold must be an integer >= 1, got 0"):
-        SLRUPolicy(protected_threshold=0)
+        SLRUStrategy(protected_threshold=0)
 
 
 def test_allocator_reuse_order_and_double_free() -> None:
-    pool = TokenSlotAllocator(3)
+    pool = TokenToKVPoolAllocator(3)
     assert pool.alloc(0).tolist() == [] and pool.alloc(4) is None
     slots = pool.alloc(3)
     pool.free(slots[::-1])
@@ -444,9 +444,9 @@ def test_allocator_reuse_order_and_double_free() -> None:
     pool.alloc(2)
     with pytest.raises(ValueError, match="indices must be distinct"):
         pool.free([3, 3])
-    assert repr(pool) == "TokenSlotAllocator(size=3, available=1)"
+    assert repr(pool) == "TokenToKVPoolAllocator(size=3, available=1)"
     with pytest.raises(ValueError, match="size must be an integer >= 1, got 0"):
-        TokenSlotAllocator(0)
+        TokenToKVPoolAllocator(0)
     with pytest.raises(ValueError, match="need_size must be an integer >= 0, got -1"):
         pool.alloc(-1)
 

@@ -5,12 +5,8 @@ V1–V5, V8, V12, V13). The whole eviction policy is queue discipline: allocatio
 the head of the free queue; freed blocks go back at the head or the tail depending on
 ``free_order``; a freed block keeps its hash (and can still be hit) until it is handed
 out again, when it is evicted lazily. Block keys are u64 ints from any
-:mod:`kvlab.hashing` profile, or given directly.
-
-The elastic pool (``max_blocks``) is not vLLM's: vLLM v1 sizes its pool once at start-up.
-It comes from the oMLX design (jundot/omlx ``omlx/cache/paged_cache.py``), as do fork and
-copy-on-write (:mod:`kvlab.blockpool.fork`). Unlike vLLM, every method that takes blocks
-checks that they are this pool's own (:mod:`kvlab.blockpool.checks`).
+:mod:`kvlab.hashing` profile, or given directly. Unlike vLLM, every method that takes
+blocks checks that they are this pool's own (:mod:`kvlab.engines.vllm.checks`).
 
 ==============  ==========================================================================
 ``free_order``  where blocks whose ``ref_cnt`` drops to 0 go (rule V4)
@@ -26,13 +22,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-import numpy as np
 import polars as pl
 
-from kvlab.blockpool.block import FreeKVCacheBlockQueue, KVCacheBlock
-from kvlab.blockpool.checks import block_list, check_flag, check_num_blocks, check_own_blocks, check_sized
+from kvlab.core.validate import U64_MAX, check_choice, check_count, check_flag, check_u64
+from kvlab.engines.vllm.checks import block_list, check_own_blocks, check_sized
+from kvlab.engines.vllm.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
-from kvlab.hashing.base import U64_MASK, check_block_size, check_count
+from kvlab.hashing.base import check_block_size
 
 #: Accepted ``free_order`` values.
 FREE_ORDERS = ("classic", "current")
@@ -40,15 +36,24 @@ FREE_ORDERS = ("classic", "current")
 MEDIUM_GPU = "GPU"
 
 
-def check_block_key(value: object, name: str) -> int:
-    """Validate a u64 block key and return it as ``int``.
+def check_block_key(name: str, value: object) -> int:
+    """A u64 block key as ``int``: :func:`kvlab.core.validate.check_u64` with a message
+    that says what the integer is.
 
     Raises:
         ValueError: naming ``name`` and the value, when not an integer in ``[0, 2**64)``.
+
+    Example:
+        >>> check_block_key("block_hash", -1)
+        Traceback (most recent call last):
+        ValueError: block_hash must be a u64 block key (an integer in [0, 2**64)), got -1
     """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= U64_MASK:
-        raise ValueError(f"{name} must be a u64 block key (an integer in [0, 2**64)), got {value!r}")
-    return int(value)
+    if type(value) is int and 0 <= value <= U64_MAX:  # the common case, checked fast
+        return value
+    try:
+        return check_u64(name, value)
+    except ValueError:
+        raise ValueError(f"{name} must be a u64 block key (an integer in [0, 2**64)), got {value!r}") from None
 
 
 class BlockPool:
@@ -59,25 +64,16 @@ class BlockPool:
     Several blocks may hold the same hash (no de-duplication, V8); a lookup returns the
     first inserted copy still cached, as vLLM's dict does.
 
-    Elastic growth — an oMLX feature, not vLLM's (jundot/omlx
-    ``omlx/cache/paged_cache.py :: PagedCacheManager._grow_blocks``; a vLLM v1 pool has
-    a fixed size): with ``max_blocks > num_blocks``, :meth:`get_new_blocks` asked for
-    more blocks than are free creates the shortfall as new blocks with fresh ids
-    (``num_blocks``, ``num_blocks + 1`` …) instead of failing, up to ``max_blocks``
-    blocks in all. The pool grows only when the free queue cannot cover a request, so
-    cached free blocks are still evicted before it grows; it never shrinks.
-    :meth:`get_usage` is relative to the current size.
+    Counters kept beside the state (kvlab's, for replay timelines):
+    :attr:`num_cached_blocks` and :attr:`num_evicted_blocks`.
 
     Args:
-        num_blocks: blocks at start-up, including the null block (an integer in
-            ``[1, 2**31)``).
+        num_blocks: blocks, including the null block (an integer in ``[1, 2**31)``).
         enable_caching: prefix caching on (vLLM ``enable_prefix_caching``); a Python or
             numpy bool.
         free_order: ``"classic"`` or ``"current"`` (module table; rule V4).
         block_size: tokens per block; the ``block_size`` of ``BlockStored`` events.
         enable_kv_cache_events: queue KV events for :meth:`take_events` (a bool).
-        max_blocks: elastic ceiling (an integer in ``[num_blocks, 2**31)``); ``None`` for
-            a fixed pool.
 
     Raises:
         ValueError: an invalid argument, naming it and its value. The methods taking
@@ -98,27 +94,29 @@ class BlockPool:
     """
 
     def __init__(self, num_blocks: int, *, enable_caching: bool = True, free_order: str = "current",
-                 block_size: int = 16, enable_kv_cache_events: bool = False, max_blocks: int | None = None) -> None:
-        num_blocks, max_blocks = check_num_blocks(num_blocks, max_blocks)
-        if free_order not in FREE_ORDERS:
-            raise ValueError(f"free_order must be one of {FREE_ORDERS}, got {free_order!r}")
-        self.enable_caching = check_flag(enable_caching, "enable_caching")
-        self.free_order = free_order
+                 block_size: int = 16, enable_kv_cache_events: bool = False) -> None:
+        num_blocks = check_block_size(num_blocks, "num_blocks")
+        self.enable_caching = check_flag("enable_caching", enable_caching)
+        self.free_order = check_choice("free_order", free_order, FREE_ORDERS)
         self.block_size = check_block_size(block_size)
-        self.enable_kv_cache_events = check_flag(enable_kv_cache_events, "enable_kv_cache_events")
-        self.max_blocks = max_blocks
+        self.enable_kv_cache_events = check_flag("enable_kv_cache_events", enable_kv_cache_events)
         self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
-        """Every block, indexed by id (grows with an elastic pool)."""
+        """Every block, indexed by id."""
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block: dict[int, dict[int, KVCacheBlock]] = {}
         """Block key → {block id: block} for every cached copy, oldest first (read-only)."""
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
+        self.num_cached_blocks = 0
+        """Blocks holding a hash (every cached copy; kvlab's counter)."""
+        self.num_evicted_blocks = 0
+        """Cache entries dropped so far by lazy eviction and :meth:`evict_blocks` (a reset
+        is not counted; kvlab's counter)."""
         self._events: list[KVEvent] = []
 
     @property
     def num_blocks(self) -> int:
-        """Current number of blocks, null block included."""
+        """Number of blocks, null block included."""
         return len(self.blocks)
 
     def get_cached_block(self, block_hash: int) -> KVCacheBlock | None:
@@ -130,7 +128,7 @@ class BlockPool:
         Raises:
             ValueError: ``block_hash`` is not a u64 key.
         """
-        copies = self.cached_block_hash_to_block.get(check_block_key(block_hash, "block_hash"))
+        copies = self.cached_block_hash_to_block.get(check_block_key("block_hash", block_hash))
         return next(iter(copies.values())) if copies else None
 
     def cache_full_blocks(self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[int], num_cached_blocks: int,
@@ -159,12 +157,12 @@ class BlockPool:
         """
         if not self.enable_caching:
             raise ValueError("cache_full_blocks needs enable_caching=True")
-        check_sized(blocks, "blocks")
-        check_sized(block_hashes, "block_hashes")
+        check_sized("blocks", blocks)
+        check_sized("block_hashes", block_hashes)
         if token_ids is not None:
-            check_sized(token_ids, "token_ids")
-        num_cached_blocks = check_count(num_cached_blocks, "num_cached_blocks")
-        num_full_blocks = check_count(num_full_blocks, "num_full_blocks")
+            check_sized("token_ids", token_ids)
+        num_cached_blocks = check_count("num_cached_blocks", num_cached_blocks)
+        num_full_blocks = check_count("num_full_blocks", num_full_blocks)
         if num_full_blocks > min(len(blocks), len(block_hashes)):
             raise ValueError(f"num_full_blocks={num_full_blocks} exceeds len(blocks)={len(blocks)} or "
                              f"len(block_hashes)={len(block_hashes)}")
@@ -172,7 +170,7 @@ class BlockPool:
             raise ValueError(f"num_cached_blocks={num_cached_blocks} exceeds num_full_blocks={num_full_blocks}")
         if num_cached_blocks == num_full_blocks:
             return
-        keys = [check_block_key(h, f"block_hashes[{i}]") for i, h in enumerate(block_hashes[:num_full_blocks])]
+        keys = [check_block_key(f"block_hashes[{i}]", h) for i, h in enumerate(block_hashes[:num_full_blocks])]
         new_blocks = list(blocks[num_cached_blocks:num_full_blocks])
         check_own_blocks(self.blocks, new_blocks, "blocks", start=num_cached_blocks)
         for i, block in enumerate(new_blocks, start=num_cached_blocks):
@@ -189,37 +187,27 @@ class BlockPool:
         for block, key in zip(new_blocks, keys[num_cached_blocks:], strict=True):
             block.block_hash = key
             self.cached_block_hash_to_block.setdefault(key, {})[block.block_id] = block
+        self.num_cached_blocks += len(new_blocks)
         if self.enable_kv_cache_events:
             parent = keys[num_cached_blocks - 1] if num_cached_blocks else None
             self._events.append(BlockStored(block_hashes=keys[num_cached_blocks:], parent_block_hash=parent,
                                             token_ids=tokens, block_size=self.block_size, lora_id=None,
                                             medium=MEDIUM_GPU, lora_name=None))
 
-    def get_num_available_blocks(self) -> int:
-        """Blocks :meth:`get_new_blocks` can hand out: free ones plus elastic headroom."""
-        return self.get_num_free_blocks() + self.max_blocks - self.num_blocks
-
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Take ``num_blocks`` blocks from the head of the free queue, each with ref 1.
 
         Models vLLM v1 ``BlockPool.get_new_blocks`` (rules V2, V3): a popped block that
         is still cached is evicted lazily — its map entry and hash dropped and a
-        ``BlockRemoved`` queued. An elastic pool first grows by the shortfall.
+        ``BlockRemoved`` queued.
 
         Raises:
-            ValueError: ``num_blocks`` is not an integer >= 0 or exceeds
-                :meth:`get_num_available_blocks`.
+            ValueError: ``num_blocks`` is not an integer >= 0 or exceeds the free blocks.
             RuntimeError: a block taken from the free queue has a non-zero ref count (a bug).
         """
-        num_blocks = check_count(num_blocks, "num_blocks")
-        if num_blocks > self.get_num_available_blocks():
-            raise ValueError(f"cannot get {num_blocks} free blocks from the pool: {self.get_num_free_blocks()} free"
-                             f" and room to grow by {self.max_blocks - self.num_blocks} (max_blocks={self.max_blocks})")
-        shortfall = num_blocks - self.get_num_free_blocks()
-        if shortfall > 0:
-            grown = [KVCacheBlock(i) for i in range(self.num_blocks, self.num_blocks + shortfall)]
-            self.blocks.extend(grown)
-            self.free_block_queue.append_n(grown)
+        num_blocks = check_count("num_blocks", num_blocks)
+        if num_blocks > self.get_num_free_blocks():
+            raise ValueError(f"cannot get {num_blocks} free blocks from the pool: {self.get_num_free_blocks()} free")
         out = self.free_block_queue.popleft_n(num_blocks)
         for block in out:
             if self.enable_caching:
@@ -239,6 +227,8 @@ class BlockPool:
         if not copies:
             del self.cached_block_hash_to_block[key]
         block.block_hash = None
+        self.num_cached_blocks -= 1
+        self.num_evicted_blocks += 1
         if self.enable_kv_cache_events:
             self._events.append(BlockRemoved(block_hashes=[key], medium=MEDIUM_GPU))
         return True
@@ -255,7 +245,7 @@ class BlockPool:
                 first offending block); nothing is touched then.
             RuntimeError: a block with ``ref_cnt == 0`` is not in the free queue (a bug).
         """
-        blocks = block_list(blocks, "blocks")
+        blocks = block_list("blocks", blocks)
         check_own_blocks(self.blocks, blocks, "blocks")
         for block in blocks:
             if block.is_null:
@@ -276,7 +266,7 @@ class BlockPool:
                 (naming the first offending block), or lists a block more times than its
                 ``ref_cnt`` (a double free); nothing is changed then.
         """
-        given = block_list(ordered_blocks, "ordered_blocks")
+        given = block_list("ordered_blocks", ordered_blocks)
         check_own_blocks(self.blocks, given, "ordered_blocks")
         listed = [b for b in given if not b.is_null]
         times = Counter(b.block_id for b in listed)
@@ -309,7 +299,7 @@ class BlockPool:
             ValueError: an id that is not an integer in ``[0, num_blocks)``; nothing is
                 evicted then.
         """
-        ids = [check_count(i, "block_ids[]") for i in block_ids]
+        ids = [check_count("block_ids[]", i) for i in block_ids]
         for block_id in ids:
             if block_id >= self.num_blocks:
                 raise ValueError(f"block_ids has {block_id}, but the pool has blocks 0..{self.num_blocks - 1}")
@@ -328,6 +318,7 @@ class BlockPool:
         if self.num_blocks - self.get_num_free_blocks() != 1:
             return False
         self.cached_block_hash_to_block = {}
+        self.num_cached_blocks = 0
         for block in self.blocks:
             block.block_hash = None
         if self.enable_kv_cache_events:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kvlab.hashing.base import check_count
+from kvlab.core.validate import check_count
 
 
 @dataclass(slots=True, eq=False)
@@ -26,7 +26,7 @@ class KVCacheBlock:
     """Metadata of one physical KV-cache block (blocks compare by identity).
 
     Models vLLM v1 ``KVCacheBlock``. Mutate it only through a
-    :class:`~kvlab.blockpool.pool.BlockPool` (or a :class:`FreeKVCacheBlockQueue` for the
+    :class:`~kvlab.engines.vllm.block_pool.BlockPool` (or a :class:`FreeKVCacheBlockQueue` for the
     links); the fields are plain so tests and notebooks can read them.
 
     Example:
@@ -102,10 +102,16 @@ class FreeKVCacheBlockQueue:
         Raises:
             ValueError: ``n`` is not an integer >= 0 or exceeds :attr:`num_free_blocks`.
         """
-        n = check_count(n, "n")
+        n = check_count("n", n)
         if n > self.num_free_blocks:
             raise ValueError(f"n={n} exceeds the {self.num_free_blocks} free blocks")
         return [self.popleft() for _ in range(n)]
+
+    def peek(self) -> KVCacheBlock | None:
+        """The head block, which :meth:`popleft` would take, left in place; ``None`` when
+        the queue is empty (kvlab's, O(1))."""
+        block = self._head._next
+        return None if block is self._tail else block
 
     def remove(self, block: KVCacheBlock) -> None:
         """Unlink ``block`` from anywhere in the queue (a hit on a free block, V5).

@@ -1,24 +1,35 @@
-"""The data types of SGLang's radix tree: a namespaced token key and a tree node.
+"""SGLang's radix tree data: a namespaced token key, a tree node, and views of a tree.
 
 Models ``sgl-project/sglang : python/sglang/srt/mem_cache/radix_cache.py ::
-RadixKey, TreeNode`` (SGLang 0.5.x, docs/specs/engines.md §2.1 rule S1). A node's key is
-a token span; children are keyed by their first token (``page_size == 1``) or first
-page as a tuple, prefixed by the namespace (``extra_key``) when there is one, so keys
-of different namespaces never share a child slot::
+RadixKey, TreeNode`` (SGLang 0.5.x, docs/specs/engines.md §2.1 rule S1). Upstream keeps
+them in ``radix_cache.py``; kvlab keeps them here, so that the cache, the allocator checks,
+the event recorder and the eviction strategies import them without a circle. A node's key
+is a token span; children are keyed by their first token (``page_size == 1``) or first
+page as a tuple, prefixed by the namespace (``extra_key``) when there is one, so keys of
+different namespaces never share a child slot::
 
     page_size 1:  root ─┬─ 1 ─────────────► [1 2 3 4]
                         └─ ("lora-a", 1) ──► [1 2 3]            (namespace "lora-a")
     page_size 4:  root ─── (1, 2, 3, 4) ──► [1 2 3 4 5 6 7 8]
 
-Times are *logical*: ticks of the owning cache's clock, never wall time.
+Times are *logical*: ticks of the owning cache's clock, never wall time. The views
+(:func:`tree_text`, :func:`tree_frame`) are SGLang's ``pretty_print`` with kvlab's fields
+and the one-row-per-node frame notebook tables and tree charts read::
+
+    root #0 r=1
+      [1 2 3 4] #2 r=1 hit=2 t=3      key preview, node id, lock_ref, hit_count,
+        [5 6 7 8] #1 r=0 hit=1 t=2    last access tick; children indented
+        [9 10 11 12] #3 r=1 hit=1 t=3
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import polars as pl
 
 from kvlab.hashing.base import as_token_array
 
@@ -130,7 +141,7 @@ class TreeNode:
 
     Models SGLang ``TreeNode`` (rule S1) with kvlab's determinism: ``node_id`` comes
     from the owning cache's per-instance counter and times are logical clock ticks.
-    Nodes are created and mutated only by :class:`~kvlab.blockpool.radix.RadixCache`.
+    Nodes are created and mutated only by :class:`~kvlab.engines.sglang.radix_cache.RadixCache`.
 
     Attributes:
         node_id: id unique within the owning cache (the root included).
@@ -207,3 +218,116 @@ def as_radix_key(key: RadixKey | Sequence[int] | np.ndarray) -> RadixKey:
     if too_big is not None:
         raise ValueError(f"key token ids must be < 2**63 (SGLang token ids are int64), got {too_big}")
     return key
+
+
+#: Column types of :func:`tree_frame`.
+TREE_SCHEMA = {"node_id": pl.Int64, "parent_id": pl.Int64, "depth": pl.Int64, "n_tokens": pl.Int64,
+               "first_tokens": pl.String, "lock_ref": pl.Int64, "evictable": pl.Boolean,
+               "last_access_time": pl.Int64, "hit_count": pl.Int64, "extra_key": pl.String,
+               "priority": pl.Int64, "creation_time": pl.Int64}
+
+
+def iter_tree(root: TreeNode) -> Iterator[tuple[TreeNode, int]]:
+    """Every node under ``root`` (itself first) with its depth in edges, depth-first,
+    children in insertion order (a split keeps its node's place).
+
+    Example:
+        >>> [(n.node_id, d) for n, d in iter_tree(TreeNode(node_id=0, now=0))]
+        [(0, 0)]
+    """
+    stack = [(root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        yield node, depth
+        stack.extend((child, depth + 1) for child in reversed(list(node.children.values())))
+
+
+def _label(node: TreeNode) -> str:
+    namespace = "" if node.key.extra_key is None else f"{node.key.extra_key}:"
+    return f"{namespace}{preview_tokens(node.key.token_ids)}"
+
+
+def tree_text(root: TreeNode) -> str:
+    """The tree as text, one node per line (see the module docstring).
+
+    Example:
+        >>> tree_text(TreeNode(node_id=0, now=0))
+        'root #0 r=0'
+    """
+    lines = []
+    for node, depth in iter_tree(root):
+        if depth == 0:
+            lines.append(f"root #{node.node_id} r={node.lock_ref}")
+        else:
+            lines.append(f"{'  ' * depth}{_label(node)} #{node.node_id} r={node.lock_ref} hit={node.hit_count} "
+                         f"t={node.last_access_time}")
+    return "\n".join(lines)
+
+
+def tree_frame(root: TreeNode) -> pl.DataFrame:
+    """One row per node, ``root`` first, depth-first.
+
+    Columns (:data:`TREE_SCHEMA`): ``node_id``; ``parent_id`` (null for the root);
+    ``depth`` (edges from the root); ``n_tokens``; ``first_tokens`` (a short preview,
+    ``"[1 2 3 4 5 6 …]"``, prefixed ``"ns:"`` in a namespace); ``lock_ref``;
+    ``evictable`` (an eviction candidate now: an unlocked leaf, SGLang's
+    ``evictable_leaves``; inner unlocked nodes become candidates once their children go);
+    ``last_access_time`` and ``creation_time`` (clock ticks); ``hit_count``;
+    ``extra_key`` (null for the shared namespace); ``priority``.
+
+    Example:
+        >>> tree_frame(TreeNode(node_id=0, now=0)).select("node_id", "parent_id", "n_tokens").row(0)
+        (0, None, 0)
+    """
+    rows = [{"node_id": n.node_id, "parent_id": None if depth == 0 else n.parent.node_id, "depth": depth,
+             "n_tokens": len(n.key), "first_tokens": _label(n), "lock_ref": n.lock_ref,
+             "evictable": depth > 0 and n.lock_ref == 0 and not n.children, "last_access_time": n.last_access_time,
+             "hit_count": n.hit_count, "extra_key": n.key.extra_key, "priority": n.priority,
+             "creation_time": n.creation_time} for n, depth in iter_tree(root)]
+    return pl.DataFrame(rows, schema=TREE_SCHEMA)
+
+
+def matched_len(root: TreeNode, key: RadixKey, page_size: int) -> int:
+    """Tokens of the page-aligned ``key`` already in the tree under ``root``; changes
+    nothing (no split, no stamp), so an insert can check its new part before it mutates.
+
+    Example:
+        >>> matched_len(TreeNode(node_id=0, now=0), RadixKey([1, 2]), page_size=1)
+        0
+    """
+    node, total = root, 0
+    while len(key) and (child := node.children.get(key.child_key(page_size))) is not None:
+        matched = child.key.match(key, page_size)
+        total += matched
+        if matched < len(child.key):
+            break
+        node, key = child, key[matched:]
+    return total
+
+
+def plan_eviction(leaves: Iterable[TreeNode], num_tokens: int, entry: Callable[[TreeNode], tuple]) -> list[TreeNode]:
+    """The nodes an eviction of ``num_tokens`` removes, in order; changes nothing.
+
+    SGLang's loop (``RadixCache.evict``, rule S7): a min-heap of the evictable ``leaves``
+    by ``entry(node)`` (a tuple ending with the node); pop one, and push its parent once
+    the parent is unlocked and all its children are popped; stop once ``num_tokens`` are
+    covered.
+
+    Example:
+        >>> plan_eviction([], 4, lambda n: (n.last_access_time, n.node_id, n))
+        []
+    """
+    heap = [entry(n) for n in leaves]
+    heapq.heapify(heap)
+    victims: list[TreeNode] = []
+    children_left: dict[int, int] = {}
+    freed = 0
+    while freed < num_tokens and heap:
+        node = heapq.heappop(heap)[-1]
+        victims.append(node)
+        freed += len(node.value)
+        parent = node.parent
+        left = children_left[parent.node_id] = children_left.get(parent.node_id, len(parent.children)) - 1
+        if left == 0 and parent.lock_ref == 0:
+            heapq.heappush(heap, entry(parent))
+    return victims

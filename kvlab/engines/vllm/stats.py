@@ -3,14 +3,14 @@
 Models ``vllm/v1/metrics/stats.py :: PrefixCacheStats`` (rule V11, docs/specs/engines.md
 §1.2): counters kept apart from the cache state, recorded once per admitted request and
 handed out take-and-reset by :meth:`KVCacheManager.make_prefix_cache_stats
-<kvlab.blockpool.manager.KVCacheManager.make_prefix_cache_stats>`.
+<kvlab.engines.vllm.kv_cache_manager.KVCacheManager.make_prefix_cache_stats>`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvlab.hashing.base import check_count
+from kvlab.core.validate import check_count
 
 
 @dataclass
@@ -52,7 +52,7 @@ class PrefixCacheStats:
         Raises:
             ValueError: a count that is not an integer >= 0, or ``num_hits > num_tokens``.
         """
-        num_tokens, num_hits = check_count(num_tokens, "num_tokens"), check_count(num_hits, "num_hits")
+        num_tokens, num_hits = check_count("num_tokens", num_tokens), check_count("num_hits", num_hits)
         if num_hits > num_tokens:
             raise ValueError(f"num_hits must be <= num_tokens ({num_tokens}), got {num_hits}")
         if preempted:

@@ -11,26 +11,28 @@ Models ``sgl-project/sglang : python/sglang/srt/mem_cache/radix_cache.py :: Radi
     cache.evict(n)                            S7: whole unlocked leaves, lowest score first
 
 Unlike vLLM's lookup, ``match_prefix`` mutates the tree (splits, recency). Eviction
-removes only leaves, so residency is prefix-closed (S8). Differences from upstream, all
-for determinism: times are ticks of a logical clock (one per ``match_prefix`` /
-``insert``, shared by every node that operation stamps), node ids come from a
-per-instance counter, and eviction ties (same score, same tick) go to the lower node id
-— the node SGLang's monotonic clock would have stamped first.
+removes only leaves, so residency is prefix-closed (S8). The cache keeps SGLang's
+counters incrementally::
 
-KV events (rule S9, ``enable_kv_cache_events``; ids and format in
-:mod:`kvlab.blockpool.radix_events`): ``BlockStored`` per page of a new leaf,
-``BlockRemoved`` per evicted node, ``AllBlocksCleared`` on reset and at construction
-(SGLang's ``__init__`` calls ``reset``). By default a split emits **no** events, as in
-current SGLang (PRs #13488, #14934: chained page ids survive a split);
-docs/specs/engines.md S9 describes the mid-2025 behaviour — remove(old node) + store(both
-halves) — which ``split_events=True`` restores. Not modelled: S5's
-``cache_unfinished_req`` (chunked prefill; ``insert(..., chunked=True)`` is its insert).
+    evictable_size + protected_size == tokens in the tree
+    protected  = tokens of nodes with lock_ref > 0      (the root: lock_ref 1, no tokens)
+    evictable leaves = unlocked, childless, non-root nodes  (eviction never walks the tree)
 
-Checks SGLang does not make (its callers are trusted): with a KV pool the cache records
-which slots the tree holds (:class:`~kvlab.blockpool.radix_alloc.TreeSlots`) and refuses
-new tokens whose slots the tree already holds or that are not allocated, so no slot sits
-in two nodes; eviction and reset check every slot before freeing any. Token ids must
-fit int64 (``< 2**63``), as SGLang's do.
+Differences from upstream, all for determinism: times are ticks of a logical clock (one
+per ``match_prefix`` / ``insert``, shared by every node that operation stamps), node ids
+come from a per-instance counter, and eviction ties (same score, same tick) go to the
+lower node id — the node SGLang's monotonic clock would have stamped first.
+
+KV events (rule S9, :mod:`kvlab.engines.sglang.events`): ``BlockStored`` per page of a
+new leaf, ``BlockRemoved`` per evicted node, ``AllBlocksCleared`` on reset and at
+construction; a split emits none unless ``split_events=True`` (mid-2025 SGLang). Not
+modelled: S5's ``cache_unfinished_req`` (chunked prefill; ``insert(..., chunked=True)``
+is its insert).
+
+Checks SGLang does not make (:mod:`kvlab.engines.sglang.checks`): with a KV pool the cache
+records which slots the tree holds and refuses new tokens whose slots the tree already
+holds or that are not allocated, so no slot sits in two nodes; eviction and reset check
+every slot before freeing any. Token ids must fit int64 (``< 2**63``), as SGLang's do.
 """
 
 from __future__ import annotations
@@ -39,19 +41,35 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+import polars as pl
 
-from kvlab.blockpool.radix_alloc import (
-    TokenSlotAllocator,
+from kvlab.core.validate import check_count, check_flag, check_int
+from kvlab.engines.sglang.allocator import TokenToKVPoolAllocator
+from kvlab.engines.sglang.checks import (
     TreeSlots,
+    check_finished_request,
     check_insert_value,
     check_slots,
+    check_unlockable,
+    path_to_root,
 )
-from kvlab.blockpool.radix_key import RadixKey, TreeNode, as_radix_key
-from kvlab.blockpool.radix_policies import get_radix_policy
-from kvlab.blockpool.radix_tree import RadixTreeBase, check_bool, check_priority
-from kvlab.blockpool.radix_view import iter_tree
-from kvlab.hashing.base import check_block_size, check_count
+from kvlab.engines.sglang.evict_policy import get_eviction_strategy
+from kvlab.engines.sglang.events import RadixEventRecorder
+from kvlab.engines.sglang.tree_node import (
+    RadixKey,
+    TreeNode,
+    as_radix_key,
+    iter_tree,
+    matched_len,
+    plan_eviction,
+    tree_frame,
+    tree_text,
+)
+from kvlab.events.types import KVEvent
+from kvlab.hashing.base import check_block_size
 
+#: The root's priority: SGLang's ``-sys.maxsize`` (any real priority overrides it).
+ROOT_PRIORITY = -(2**63 - 1)
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
@@ -72,37 +90,35 @@ class MatchResult(NamedTuple):
     """Matched tokens, a multiple of the page size."""
 
 
-class RadixCache(RadixTreeBase):
+class RadixCache:
     """SGLang's radix prefix cache with a simulated KV slot pool.
 
-    Models SGLang ``RadixCache`` (rules S1–S9). Without ``kv_pool_size`` values default
-    to the token ids, as in SGLang's ``create_simulated``; with it, values are slots of
-    :attr:`allocator` and every freed token goes back to it. Token ids must be
-    ``< 2**63`` (SGLang's are int64; larger ones are refused, never stored).
-
-    By default a node split emits **no** KV events (current SGLang, PRs #13488 /
-    #14934); spec S9's mid-2025 remove + store events need ``split_events=True``. S5's
-    ``cache_unfinished_req`` (chunked prefill) is not modelled.
+    Models SGLang ``RadixCache`` (rules S1–S9; module docstring). Without
+    ``kv_pool_size`` values default to the token ids, as in SGLang's ``create_simulated``;
+    with it, values are slots of :attr:`allocator` and every freed token goes back to it.
 
     Args:
         page_size: tokens per page (SGLang ``--page-size``, >= 1); lookups and inserts
             are cut to whole pages.
-        eviction_policy: a name of :data:`~kvlab.blockpool.radix_policies.RADIX_POLICIES`.
+        eviction_policy: SGLang's ``--radix-eviction-policy``: a name of
+            :data:`~kvlab.engines.sglang.evict_policy.EVICTION_STRATEGIES` (not a
+            :mod:`kvlab.policies` policy).
         kv_pool_size: slots of the simulated pool, or ``None`` for no pool.
         enable_kv_cache_events: record KV events for :meth:`take_events`.
         split_events: publish remove + store events on a node split (mid-2025 SGLang,
             spec S9); the default ``False`` publishes nothing then (current SGLang).
 
     Attributes:
-        policy: the eviction policy object (``policy.name`` is its name).
-        allocator: the :class:`~kvlab.blockpool.radix_alloc.TokenSlotAllocator`, or
-            ``None`` without ``kv_pool_size``.
-        tree_slots: the :class:`~kvlab.blockpool.radix_alloc.TreeSlots` record of the
+        eviction_strategy: the strategy object (``eviction_strategy.name`` is its name).
+        allocator: the :class:`~kvlab.engines.sglang.allocator.TokenToKVPoolAllocator`,
+            or ``None`` without ``kv_pool_size``.
+        tree_slots: the :class:`~kvlab.engines.sglang.checks.TreeSlots` record of the
             slots the tree holds, or ``None`` without ``kv_pool_size``.
-        root, clock: see :class:`~kvlab.blockpool.radix_tree.RadixTreeBase`.
+        root: the root node (``lock_ref`` 1, no tokens); replaced by a reset.
+        clock: the logical clock, ticked once per ``match_prefix`` / ``insert``.
 
     Raises:
-        ValueError: a bad argument (names it and its value; an unknown policy lists the
+        ValueError: a bad argument (names it and its value; an unknown strategy lists the
             known ones).
 
     Example:
@@ -124,13 +140,19 @@ class RadixCache(RadixTreeBase):
 
     def __init__(self, page_size: int = 1, eviction_policy: str = "lru", kv_pool_size: int | None = None,
                  enable_kv_cache_events: bool = False, *, split_events: bool = False) -> None:
-        self.policy = get_radix_policy(eviction_policy)
+        self.eviction_strategy = get_eviction_strategy(eviction_policy)
         if kv_pool_size is None:
             self.allocator = self.tree_slots = None
         else:
-            self.allocator = TokenSlotAllocator(check_block_size(kv_pool_size, "kv_pool_size"))
+            self.allocator = TokenToKVPoolAllocator(check_block_size(kv_pool_size, "kv_pool_size"))
             self.tree_slots = TreeSlots(self.allocator)
-        super().__init__(page_size, enable_kv_cache_events, split_events)
+        self.page_size = check_block_size(page_size, "page_size")
+        self.enable_kv_cache_events = check_flag("enable_kv_cache_events", enable_kv_cache_events)
+        self.split_events = check_flag("split_events", split_events)
+        self._events = RadixEventRecorder(enabled=self.enable_kv_cache_events, page_size=self.page_size)
+        self.clock = 0
+        self._next_id = 0
+        self._new_tree()
 
     @classmethod
     def create_simulated(cls, page_size: int = 1, enable_kv_cache_events: bool = False) -> RadixCache:
@@ -144,6 +166,37 @@ class RadixCache(RadixTreeBase):
         return cls(page_size=page_size, enable_kv_cache_events=enable_kv_cache_events)
 
     # ----- public API ---------------------------------------------------------------
+
+    def evictable_size(self) -> int:
+        """Tokens in unlocked nodes (SGLang ``evictable_size``)."""
+        return self._evictable
+
+    def protected_size(self) -> int:
+        """Tokens in locked nodes (SGLang ``protected_size``)."""
+        return self._protected
+
+    def total_size(self) -> int:
+        """Tokens in the tree, counted by a walk (SGLang ``total_size``)."""
+        return sum(len(node.key) for node, _ in iter_tree(self.root))
+
+    def take_events(self) -> list[KVEvent]:
+        """The KV events recorded since the last call, oldest first; clears the queue.
+
+        Models SGLang ``RadixCache.take_events``; always ``[]`` when events are off."""
+        return self._events.take()
+
+    def pretty(self) -> str:
+        """The tree as text, one node per line (SGLang ``pretty_print``; format in
+        :mod:`kvlab.engines.sglang.tree_node`), then the token counts."""
+        return (f"{tree_text(self.root)}\n"
+                f"tokens {self.total_size()}: evictable {self._evictable}, protected {self._protected}")
+
+    def snapshot(self) -> pl.DataFrame:
+        """One row per node, root first, depth-first: ``node_id``, ``parent_id``,
+        ``depth``, ``n_tokens``, ``first_tokens``, ``lock_ref``, ``evictable``,
+        ``last_access_time``, ``hit_count``, ``extra_key``, ``priority``,
+        ``creation_time`` (see :func:`~kvlab.engines.sglang.tree_node.tree_frame`)."""
+        return tree_frame(self.root)
 
     def match_prefix(self, key: RadixKey | Sequence[int]) -> MatchResult:
         """The longest cached prefix of ``key``, in whole pages.
@@ -216,12 +269,12 @@ class RadixCache(RadixTreeBase):
         """
         key = as_radix_key(key)
         value = check_insert_value(key.token_ids, value, self.allocator)
-        priority = check_priority(priority)
-        check_bool("chunked", chunked)
+        priority = check_int("priority", priority)
+        check_flag("chunked", chunked)
         key = key.page_aligned(self.page_size)
         value = value[:len(key)]
         if self.tree_slots is not None:
-            self.tree_slots.check_new("value", value[self._matched_len(key):])
+            self.tree_slots.check_new("value", value[matched_len(self.root, key, self.page_size):])
         now = self._tick()
         node, prefix_len = self.root, 0
         node.last_access_time = now
@@ -270,23 +323,10 @@ class RadixCache(RadixTreeBase):
             RuntimeError: ``last_node`` is locked but an ancestor is not (a bug).
         """
         key = as_radix_key(key)
-        path = self._path_to_root(last_node, "last_node")
-        self._check_unlockable(path, "last_node")
+        path = path_to_root(self.root, last_node, "last_node")
+        check_unlockable(path, "last_node")
         kv = check_slots("kv_indices", kv_indices, self.allocator)
-        if len(key) == 0:
-            raise ValueError("key must hold at least one token (the last sampled one has no KV)")
-        if len(kv) != len(key) - 1:
-            raise ValueError(f"kv_indices must hold len(key) - 1 = {len(key) - 1} slots (the last token has no KV), "
-                             f"got {len(kv)}")
-        if path and path[0].key.extra_key != key.extra_key:
-            raise ValueError(f"last_node is in namespace {path[0].key.extra_key!r}, key in {key.extra_key!r}")
-        nodes = path[::-1]
-        cached_tokens = tuple(t for n in nodes for t in n.key.token_ids)
-        cached_slots = np.concatenate([n.value for n in nodes]) if nodes else _EMPTY
-        protected_len = len(cached_tokens)
-        if key.token_ids[:protected_len] != cached_tokens or not np.array_equal(kv[:protected_len], cached_slots):
-            raise ValueError(f"last_node's path ({protected_len} tokens) must be the start of key and kv_indices "
-                             f"(the request's matched prefix)")
+        protected_len = check_finished_request(key, kv, path)
         if self.tree_slots is not None:
             self.tree_slots.check_new("kv_indices", kv[protected_len:])
         new_prefix_len = self.insert(key[:len(kv)], kv, priority)
@@ -310,7 +350,7 @@ class RadixCache(RadixTreeBase):
             ValueError: ``node`` is not in this tree (evicted, reset, another cache's).
         """
         moved = 0
-        for n in self._path_to_root(node, "node"):
+        for n in path_to_root(self.root, node, "node"):
             if n.lock_ref == 0:
                 moved += len(n.key)
                 self._shift_to_protected(len(n.key))
@@ -333,8 +373,8 @@ class RadixCache(RadixTreeBase):
             RuntimeError: ``node`` is locked but an ancestor is not (a bug; nothing
                 changes).
         """
-        path = self._path_to_root(node, "node")
-        self._check_unlockable(path, "node")
+        path = path_to_root(self.root, node, "node")
+        check_unlockable(path, "node")
         moved = 0
         for n in path:
             n.lock_ref -= 1
@@ -348,7 +388,7 @@ class RadixCache(RadixTreeBase):
         """Free at least ``num_tokens`` tokens' slots if possible, leaf by leaf.
 
         Models SGLang ``RadixCache.evict`` (rule S7): a min-heap of the evictable leaves
-        (unlocked, childless), built once from ``(policy score, last_access_time,
+        (unlocked, childless), built once from ``(strategy score, last_access_time,
         node_id)``; pop, free the slots, delete the node; a parent left unlocked and
         childless is pushed; stop once ``num_tokens`` are freed. Whole nodes only, so
         the result can exceed ``num_tokens``; it is smaller only when nothing else is
@@ -363,8 +403,8 @@ class RadixCache(RadixTreeBase):
             RuntimeError: a victim's slot is repeated, not held by the tree or already
                 free (the tree is corrupt, a bug); nothing changes then.
         """
-        num_tokens = check_count(num_tokens, "num_tokens")
-        victims = self._plan_eviction(num_tokens, self._heap_entry)
+        num_tokens = check_count("num_tokens", num_tokens)
+        victims = plan_eviction(self._evictable_leaves.values(), num_tokens, self._heap_entry)
         self._free(np.concatenate([n.value for n in victims]) if victims else _EMPTY, "evict")
         for node in victims:
             self._delete_leaf(node)
@@ -395,15 +435,82 @@ class RadixCache(RadixTreeBase):
         return True
 
     def __repr__(self) -> str:
-        return (f"RadixCache(page_size={self.page_size}, eviction_policy={self.policy.name!r}, "
+        return (f"RadixCache(page_size={self.page_size}, eviction_policy={self.eviction_strategy.name!r}, "
                 f"tokens={self.total_size()}, evictable={self._evictable}, protected={self._protected})")
 
     # ----- internals ----------------------------------------------------------------
 
     def _heap_entry(self, node: TreeNode) -> tuple:
-        return (self.policy.get_priority(node), node.last_access_time, node.node_id, node)
+        return (self.eviction_strategy.get_priority(node), node.last_access_time, node.node_id, node)
 
     def _free(self, slots: np.ndarray, operation: str) -> None:
         """Return tree slots to the pool, all checked before any is freed (RuntimeError)."""
         if self.tree_slots is not None:
             self.tree_slots.release(slots, operation)
+
+    def _new_tree(self) -> None:
+        self.root = self._new_node(ROOT_PRIORITY)
+        self.root.lock_ref = 1
+        self.root.hash_value, self.root.block_ids = [], []
+        self._evictable = self._protected = 0
+        self._evictable_leaves: dict[int, TreeNode] = {}
+        self._events.record_all_cleared()
+
+    def _tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    def _new_node(self, priority: int) -> TreeNode:
+        node = TreeNode(self._next_id, self.clock, priority)
+        self._next_id += 1
+        return node
+
+    def _add_leaf(self, parent: TreeNode, key: RadixKey, value: np.ndarray, priority: int, hits: int) -> None:
+        leaf = self._new_node(priority)
+        leaf.parent, leaf.key, leaf.value, leaf.hit_count = parent, key, value, hits
+        parent.children[key.child_key(self.page_size)] = leaf
+        self._evictable += len(key)
+        self._update_leaf_status(parent)
+        self._update_leaf_status(leaf)
+        self._events.hash_node(leaf)
+        self._events.record_store(leaf)
+
+    def _split_node(self, child: TreeNode, split_len: int) -> TreeNode:
+        """Models SGLang ``_split_node``: ``parent → child`` becomes ``parent → upper →
+        child`` at ``split_len`` tokens (a page multiple); returns ``upper``."""
+        if self.split_events:
+            self._events.record_remove(child)
+        upper = self._new_node(child.priority)
+        upper.lock_ref, upper.hit_count, upper.parent = child.lock_ref, child.hit_count, child.parent
+        upper.key, upper.value = child.key[:split_len], child.value[:split_len]
+        child.key, child.value, child.parent = child.key[split_len:], child.value[split_len:], upper
+        if child.hash_value is not None:
+            pages = split_len // self.page_size
+            upper.hash_value, child.hash_value = child.hash_value[:pages], child.hash_value[pages:]
+            upper.block_ids, child.block_ids = child.block_ids[:pages], child.block_ids[pages:]
+        upper.parent.children[upper.key.child_key(self.page_size)] = upper
+        upper.children[child.key.child_key(self.page_size)] = child
+        if self.split_events:
+            self._events.record_store(upper)
+            self._events.record_store(child)
+        return upper
+
+    def _delete_leaf(self, node: TreeNode) -> None:
+        del node.parent.children[node.key.child_key(self.page_size)]
+        self._evictable -= len(node.key)
+        self._evictable_leaves.pop(node.node_id, None)
+        self._update_leaf_status(node.parent)
+        node.parent = None
+
+    def _update_leaf_status(self, node: TreeNode) -> None:
+        """Keep ``_evictable_leaves`` = unlocked childless non-root nodes (SGLang's
+        ``evictable_leaves``), so eviction never walks the tree."""
+        if node.lock_ref == 0 and not node.children and node is not self.root:
+            self._evictable_leaves[node.node_id] = node
+        else:
+            self._evictable_leaves.pop(node.node_id, None)
+
+    def _shift_to_protected(self, n_tokens: int) -> None:
+        """Move ``n_tokens`` (negative: back) from evictable to protected."""
+        self._evictable -= n_tokens
+        self._protected += n_tokens

@@ -1,68 +1,63 @@
-"""Argument checks of the vLLM v1 block-pool model (:mod:`~kvlab.blockpool.pool`,
-:mod:`~kvlab.blockpool.manager`, :mod:`~kvlab.blockpool.fork`).
+"""Caller checks of the vLLM v1 block-pool model: what kvlab checks that vLLM trusts.
 
-vLLM trusts its caller, the scheduler: a block of another pool, a hit block with the wrong hash or the
-same block listed twice silently corrupts its free queue, ref counts or hash map. kvlab
-is driven by hand (notebooks, tests), so these checks turn each such misuse into a
-``ValueError`` naming the parameter and the value before anything is changed. They are
+vLLM trusts its caller, the scheduler: a block of another pool, a hit block with the wrong
+hash or the same block listed twice silently corrupts its free queue, ref counts or hash
+map. kvlab is driven by hand (notebooks, tests), so these checks turn each such misuse into
+a ``ValueError`` naming the parameter and the value before anything is changed. They are
 cheap: one identity check per block (``block is pool.blocks[block.block_id]``).
+
+The checks take plain values (a pool's block list, a request's table and keys), never a
+manager: :mod:`~kvlab.engines.vllm.block_pool` and
+:mod:`~kvlab.engines.vllm.kv_cache_manager` import this module, not the other way round.
+Argument checks (counts, flags, choices) come from :mod:`kvlab.core.validate`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-import numpy as np
-
-from kvlab.blockpool.block import KVCacheBlock
-from kvlab.hashing.base import MAX_BLOCK_SIZE, check_block_size, check_count
-
-if TYPE_CHECKING:
-    from kvlab.blockpool.manager import KVCacheManager, Request
+from kvlab.core.validate import check_count, check_positive
+from kvlab.engines.vllm.kv_cache_utils import KVCacheBlock
+from kvlab.hashing.base import check_block_size
 
 
-def check_positive(value: object, name: str) -> int:
-    """Validate an integer >= 1 and return it as ``int``.
+class _Request(Protocol):
+    """What the checks read of a request (:class:`~kvlab.engines.vllm.request.Request`)."""
 
-    Raises:
-        ValueError: naming ``name`` and the value.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
+    request_id: str
+    num_tokens: int
+    num_computed_tokens: int
+    block_hashes: list[int]
 
 
-def check_flag(value: object, name: str) -> bool:
-    """Validate a flag and return it as ``bool``: Python and numpy bools are accepted
-    (``np.True_`` is ``True``); anything else, ``1`` included, is not.
-
-    Raises:
-        ValueError: naming ``name`` and the value.
-    """
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be a bool, got {value!r}")
-    return bool(value)
-
-
-def check_sized(value: Any, name: str) -> Any:
+def check_sized(name: str, value: Any) -> Any:
     """Validate a sequence-like argument (``len`` and slicing: a list, tuple, range or
     numpy array) and return it unchanged.
 
     Raises:
         ValueError: naming ``name`` and the value (``None``, an int, a string, a set …).
+
+    Example:
+        >>> check_sized("blocks", {1})
+        Traceback (most recent call last):
+        ValueError: blocks must be a sequence (a list, tuple or array), got {1}
     """
     if isinstance(value, (str, bytes)) or not (hasattr(value, "__len__") and hasattr(value, "__getitem__")):
         raise ValueError(f"{name} must be a sequence (a list, tuple or array), got {value!r}")
     return value
 
 
-def block_list(blocks: Iterable[KVCacheBlock], name: str) -> list[KVCacheBlock]:
+def block_list(name: str, blocks: Iterable[KVCacheBlock]) -> list[KVCacheBlock]:
     """``blocks`` as a list.
 
     Raises:
         ValueError: ``blocks`` is not iterable (``None``, an int …), naming ``name``.
+
+    Example:
+        >>> block_list("blocks", (KVCacheBlock(1),))
+        [KVCacheBlock(block_id=1, ref_cnt=0, block_hash=None, is_null=False, in_free_queue=False)]
     """
     if isinstance(blocks, (str, bytes)) or not isinstance(blocks, Iterable):
         raise ValueError(f"{name} must be an iterable of KVCacheBlock, got {blocks!r}")
@@ -99,7 +94,7 @@ def check_own_blocks(pool_blocks: Sequence[KVCacheBlock], blocks: Iterable[KVCac
                          f"or made by hand); using it would corrupt the pool")
 
 
-def check_hits(pool_blocks: Sequence[KVCacheBlock], hits: Sequence[KVCacheBlock], request: Request,
+def check_hits(pool_blocks: Sequence[KVCacheBlock], hits: Sequence[KVCacheBlock], request: _Request,
                first_block: int) -> None:
     """Check prefix-hit blocks for ``request`` before they are touched: each a block of
     the pool, not the null block, listed once, and holding the request's key at its
@@ -126,34 +121,18 @@ def check_hits(pool_blocks: Sequence[KVCacheBlock], hits: Sequence[KVCacheBlock]
                          f"has key {key:#x}; pass the blocks get_computed_blocks returned for this request")
 
 
-def check_owner(owners: dict[str, Request], request: Request) -> None:
-    """Check that no other live request object holds ``request``'s id.
+def check_owner(owners: dict[str, object], request: _Request) -> None:
+    """Check that no other live request object holds ``request``'s id (``owners``: request
+    id → the object holding blocks under it).
 
     Raises:
-        ValueError: ``request.request_id`` belongs to a different :class:`Request` object
-            that still holds blocks.
+        ValueError: ``request.request_id`` belongs to a different object that still holds
+            blocks.
     """
     owner = owners.get(request.request_id)
     if owner is not None and owner is not request:
         raise ValueError(f"request id {request.request_id!r} is already in use by another request; free it "
                          f"first or use a new id")
-
-
-def check_num_blocks(num_blocks: object, max_blocks: object) -> tuple[int, int]:
-    """Validate a pool's ``num_blocks`` and ``max_blocks`` (``None``: equal to
-    ``num_blocks``); each an integer in ``[1, 2**31)``, ``max_blocks >= num_blocks``.
-
-    Raises:
-        ValueError: naming the parameter and the value.
-    """
-    n = check_positive(num_blocks, "num_blocks")
-    top = n if max_blocks is None else check_positive(max_blocks, "max_blocks")
-    for name, value in (("num_blocks", n), ("max_blocks", top)):
-        if value > MAX_BLOCK_SIZE:
-            raise ValueError(f"{name} must be below 2**31, got {value}")
-    if top < n:
-        raise ValueError(f"max_blocks must be None or >= num_blocks ({n}), got {max_blocks!r}")
-    return n, top
 
 
 def check_group_block_sizes(group_block_sizes: Iterable[int], block_size: int) -> None:
@@ -175,24 +154,23 @@ def check_group_block_sizes(group_block_sizes: Iterable[int], block_size: int) -
         raise ValueError(f"group_block_sizes must hold block_size ({block_size}) only, got {sizes}")
 
 
-def check_allocation(manager: KVCacheManager, request: Request, num_new_tokens: int, num_new_computed_tokens: int,
-                     hits: list[KVCacheBlock]) -> int:
-    """Validate a :meth:`KVCacheManager.allocate_slots
-    <kvlab.blockpool.manager.KVCacheManager.allocate_slots>` call and return the
-    request's computed tokens after it.
+def check_allocation(request: _Request, table: Sequence[KVCacheBlock], hits: list[KVCacheBlock],
+                     num_new_tokens: object, num_new_computed_tokens: object, *, block_size: int,
+                     enable_caching: bool, pool_blocks: Sequence[KVCacheBlock]) -> int:
+    """Validate an ``allocate_slots`` call (:class:`~kvlab.engines.vllm.kv_cache_manager.KVCacheManager`)
+    for ``request``, whose block table is ``table``, and return its computed tokens after it.
+
+    The manager has checked the request itself (block size, key count, owner) first.
 
     Raises:
-        ValueError: every caller mistake that method lists, naming the parameter.
+        ValueError: every caller mistake ``allocate_slots`` lists, naming the parameter.
     """
-    manager._check_request(request)
-    check_owner(manager._owners, request)
-    rid, computed, size = request.request_id, request.num_computed_tokens, manager.block_size
-    check_positive(num_new_tokens, "num_new_tokens")
-    num_new_computed_tokens = check_count(num_new_computed_tokens, "num_new_computed_tokens")
-    table = manager._req_to_blocks.get(rid, [])
+    rid, computed, size = request.request_id, request.num_computed_tokens, block_size
+    num_new_tokens = check_positive("num_new_tokens", num_new_tokens)
+    num_new_computed_tokens = check_count("num_new_computed_tokens", num_new_computed_tokens)
     if (table or computed) and (hits or num_new_computed_tokens):
         raise ValueError(f"request {rid!r} already has computed tokens; only a new request takes prefix hits")
-    if hits and not manager.enable_caching:
+    if hits and not enable_caching:
         raise ValueError("new_computed_blocks must be empty with caching disabled")
     if len(hits) * size != num_new_computed_tokens:
         raise ValueError(f"num_new_computed_tokens={num_new_computed_tokens} but new_computed_blocks holds "
@@ -207,9 +185,5 @@ def check_allocation(manager: KVCacheManager, request: Request, num_new_tokens: 
         raise ValueError(f"request {rid!r} has {computed} computed tokens but its table holds {len(table)} "
                          f"blocks of {size}; was num_computed_tokens changed outside the manager?")
     if hits:
-        check_hits(manager.block_pool.blocks, hits, request, computed // size)
+        check_hits(pool_blocks, hits, request, computed // size)
     return total
-
-
-__all__ = ["block_list", "check_allocation", "check_flag", "check_group_block_sizes", "check_hits",
-           "check_num_blocks", "check_own_blocks", "check_owner", "check_positive", "check_sized"]

@@ -1,8 +1,9 @@
 """Hypothesis state machine over the vLLM v1 block pool + KV cache manager: random
-admissions (lookup + allocate), chunked prefill, decode, fork, free, preempt, evict and
-reset, plus misuse that must be rejected without a change (hits that are not the
-request's cached blocks, another pool's blocks, a second Request object under a running
-id), with the pool's invariants checked after every step."""
+admissions (lookup + allocate), chunked prefill, decode, free, preempt, evict and reset,
+plus misuse that must be rejected without a change (hits that are not the request's cached
+blocks, another pool's blocks, a second Request object under a running id), with the
+pool's invariants checked after every step. test_engines_omlx_state.py extends the machine
+with oMLX's fork, elastic pool and paged SSD store."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from polars.testing import assert_frame_equal
 
-from kvlab.blockpool.block import KVCacheBlock
-from kvlab.blockpool.manager import KVCacheManager, Request
-from kvlab.blockpool.pool import BlockPool
+from kvlab.engines.vllm.kv_cache_utils import KVCacheBlock
+from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
+from kvlab.engines.vllm.request import Request
+from kvlab.engines.vllm.block_pool import BlockPool
 
 BLOCK_SIZE = 4
 NUM_BLOCKS = 9  # null block + 8
-MAX_BLOCKS = 12  # elastic runs may grow to this
+MAX_BLOCKS = 12  # the most blocks a machine's pool may hold (oMLX's elastic runs grow to it)
 
 
 class BlockPoolMachine(RuleBasedStateMachine):
@@ -34,11 +36,14 @@ class BlockPoolMachine(RuleBasedStateMachine):
         self.keys: dict[tuple[int, ...], int] = {}  # prefix path -> chained key
         self.next_id = 0
 
-    @initialize(free_order=st.sampled_from(["classic", "current"]), caching=st.booleans(), elastic=st.booleans())
-    def setup(self, free_order: str, caching: bool, elastic: bool = False) -> None:
+    @initialize(free_order=st.sampled_from(["classic", "current"]), caching=st.booleans())
+    def setup(self, free_order: str, caching: bool) -> None:
         self.pool = BlockPool(NUM_BLOCKS, block_size=BLOCK_SIZE, free_order=free_order, enable_caching=caching,
-                              enable_kv_cache_events=True, max_blocks=MAX_BLOCKS if elastic else None)
+                              enable_kv_cache_events=True)
         self.manager = KVCacheManager(self.pool, block_size=BLOCK_SIZE, enable_caching=caching)
+        self._make_other()
+
+    def _make_other(self) -> None:
         self.other = BlockPool(NUM_BLOCKS, block_size=BLOCK_SIZE)  # its blocks must never be accepted
         self.other.get_new_blocks(2)
 
@@ -90,12 +95,6 @@ class BlockPoolMachine(RuleBasedStateMachine):
             request.append_block_keys(1, [self._key(("decode", self._new_id()))] if full else [])
         todo = request.num_tokens - request.num_computed_tokens
         self.manager.allocate_slots(request, min(budget, todo))
-
-    @precondition(lambda self: self._names(running=True))
-    @rule(index=st.integers(0, 99))
-    def fork(self, index: int) -> None:
-        child = self.manager.fork(self._pick(index, running=True), self._new_id())
-        self.requests[child.request_id] = child
 
     @precondition(lambda self: self._names(running=True))
     @rule(index=st.integers(0, 99))
@@ -159,9 +158,13 @@ class BlockPoolMachine(RuleBasedStateMachine):
         request = self._pick(index, running=True)
         twin = replace(request, num_computed_tokens=0, block_hashes=list(request.block_hashes))
         message = f"request id {request.request_id!r} is already in use by another request"
-        for call in (lambda: self.manager.allocate_slots(twin, 1), lambda: self.manager.free(twin),
-                     lambda: self.manager.preempt(twin), lambda: self.manager.fork(twin, self._new_id())):
+        for call in self._calls_on(twin):
             self._rejected(call, message)
+
+    def _calls_on(self, request: Request) -> list:
+        """The manager calls that take a running request (each must refuse an impostor)."""
+        return [lambda: self.manager.allocate_slots(request, 1), lambda: self.manager.free(request),
+                lambda: self.manager.preempt(request)]
 
     @rule(block_ids=st.lists(st.integers(0, NUM_BLOCKS - 1), max_size=3))
     def evict(self, block_ids: list[int]) -> None:
@@ -192,7 +195,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         assert all(b.in_free_queue == (b.ref_cnt == 0) for b in blocks)
         in_use = sum(1 for b in blocks if b.ref_cnt > 0)
         assert in_use + pool.get_num_free_blocks() == pool.num_blocks - 1
-        assert NUM_BLOCKS <= pool.num_blocks <= pool.max_blocks
+        assert NUM_BLOCKS <= pool.num_blocks <= getattr(pool, "max_blocks", NUM_BLOCKS) <= MAX_BLOCKS
         assert [b.block_id for b in pool.blocks] == list(range(pool.num_blocks))
         assert 0.0 <= pool.get_usage() <= 1.0
 
@@ -218,32 +221,3 @@ class BlockPoolMachine(RuleBasedStateMachine):
 
 TestBlockPoolMachine = BlockPoolMachine.TestCase
 TestBlockPoolMachine.settings = settings(settings(), stateful_step_count=80)
-
-
-@pytest.mark.parametrize(("free_order", "resumed_table"), [("classic", [1, 2, 8]), ("current", [1, 2, 3])])
-def test_machine_rules_on_a_fixed_run(free_order: str, resumed_table: list[int]) -> None:
-    """One scripted run through the rules with exact tables: fork + copy-on-write, a
-    shared-prefix admission, preemption and resume (the freed partial block 3 is reused at
-    once only in current order), then a reset once everything is free."""
-    machine = BlockPoolMachine()
-    machine.setup(free_order=free_order, caching=True)
-    machine.add_request([0, 1], 2)  # r1: 10 tokens, keys 1000, 1001
-    machine.admit(0, 12)
-    machine.fork(0)  # r2 shares blocks 1, 2, 3
-    machine.step(1, 12)  # r2 decodes into shared partial block 3: its copy is block 4
-    machine.add_request([0, 1, 2, 0, 1], 0)  # r3: 20 tokens, hits r1's two blocks
-    machine.admit(0, 12)
-    machine.preempt(0)  # r1
-    machine.admit(0, 12)  # r1 resumes on its own cached blocks
-    tables = {rid: machine.manager.get_block_ids(rid) for rid in machine.requests}
-    assert tables == {"r1": resumed_table, "r2": [1, 2, 4], "r3": [1, 2, 5, 6, 7]}
-    assert [machine.pool.blocks[i].ref_cnt for i in (1, 2)] == [3, 3]
-    for check in (machine.pool_is_consistent, machine.hash_map_matches_blocks, machine.ref_counts_count_tables):
-        check()
-    stats = machine.manager.make_prefix_cache_stats()
-    assert (stats.requests, stats.hits, stats.preempted_requests, stats.preempted_hits) == (2, 8, 1, 8)
-    machine.reset(0)  # refused: blocks in use
-    for _ in range(3):
-        machine.finish(0)
-    machine.reset(0)
-    assert machine.pool.cached_block_hash_to_block == {} and machine.pool.get_usage() == 0.0

@@ -1,13 +1,27 @@
-"""Step-by-step teaching scenarios over the engine models (used by notebooks and panels)."""
+"""Step-by-step teaching scenarios over the engine models (used by notebooks and panels).
+
+==============================  ======================================================
+scenario                        what it shows
+==============================  ======================================================
+:func:`design_doc_example`      vLLM's prefix-caching design doc: free order, eviction
+:func:`radix_growth_example`    SGLang's radix tree: split, lock, leaf-first eviction
+:func:`fork_example`            oMLX: fork, copy-on-write of a shared partial block
+:func:`ssd_round_trip_example`  oMLX's paged-SSD-only mode: a block made cold, looked up
+                                again from the SSD, restored
+==============================  ======================================================
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kvlab.blockpool.manager import KVCacheManager, Request
-from kvlab.blockpool.pool import BlockPool
-from kvlab.blockpool.radix import RadixCache
+from kvlab.engines.omlx.paged_cache import PagedBlockPool, PagedCacheManager
+from kvlab.engines.omlx.paged_ssd_cache import PagedSSDCache
+from kvlab.engines.sglang.radix_cache import RadixCache
+from kvlab.engines.vllm.block_pool import BlockPool
+from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
+from kvlab.engines.vllm.request import Request
 from kvlab.events.types import BlockRemoved
 from kvlab.hashing import vllm
 
@@ -149,3 +163,94 @@ def radix_growth_example(page_size: int = 4) -> Scenario:
              ("match and lock [1..4, 9..12]", lambda: lock(b)), ("evict everything", evict_all),
              ("unlock", unlock), ("evict everything", evict_all)]
     return Scenario(f"SGLang radix cache, page size {page_size}", cache, steps)
+
+
+def _refs(manager: KVCacheManager, block_ids: list[int]) -> list[int]:
+    return [manager.block_pool.blocks[i].ref_cnt for i in block_ids]
+
+
+def fork_example() -> Scenario:
+    """oMLX's fork with copy-on-write (:class:`~kvlab.engines.omlx.PagedCacheManager`).
+
+    Block size 4, 8 blocks. Parent ``p`` (6 tokens: one full block, one partial) is forked
+    into ``c``, which shares both blocks (ref counts 2). ``c`` writes a token into the
+    shared partial block, so it gets a private copy first; ``p`` then writes into its
+    block in place, which is no longer shared. Both finish.
+    """
+    hasher = vllm(block_size=4)
+    manager = PagedCacheManager(PagedBlockPool(8, block_size=4), block_size=4)
+    parent = Request.from_tokens("p", range(100, 106), hasher)
+    child: list[Request] = []
+
+    def fork() -> str:
+        child.append(manager.fork(parent, "c"))
+        return f"c shares blocks {manager.get_block_ids('c')}; ref counts {_refs(manager, manager.get_block_ids('c'))}"
+
+    def decode(request: Request | None, tokens: list[int]) -> str:
+        request = request or child[0]
+        request.append_tokens(tokens)
+        new = manager.allocate_slots(request, len(tokens))
+        return (f"gets blocks {[b.block_id for b in new]}; tables p {manager.get_block_ids('p')}, "
+                f"c {manager.get_block_ids('c')}; ref counts {manager.get_ref_count_summary()}")
+
+    steps = [
+        ("p arrives (6 tokens)", lambda: admit(manager, parent)),
+        ("fork p into c", fork),
+        ("c writes 1 token into the shared partial block", lambda: decode(None, [200])),
+        ("p writes 3 tokens", lambda: decode(parent, [106, 107, 108])),
+        ("c finishes", lambda: finish(manager, child[0])),
+        ("p finishes", lambda: finish(manager, parent)),
+    ]
+    return Scenario("oMLX fork and copy-on-write", manager, steps)
+
+
+def ssd_round_trip_example() -> Scenario:
+    """A block's round trip through oMLX's paged-SSD-only mode.
+
+    Block size 4, 6 blocks, a paged SSD store of 4 blocks. Request ``a`` (9 tokens: two
+    full blocks) is cached — its full blocks' data saved to the SSD — and finishes. Block 1
+    is marked cold and evicted permanently: it leaves lookups, its data stays on the SSD.
+    Request ``b`` with the same prompt looks it up: the lookup registers its key again
+    (in the free queue's head block) from the SSD and hits both blocks; the registered
+    block's data is then restored (read back, the SSD's most recent).
+    """
+    hasher = vllm(block_size=4)
+    ssd = PagedSSDCache(capacity_blocks=4)
+    manager = PagedCacheManager(PagedBlockPool(6, block_size=4), block_size=4, ssd=ssd)
+    a = Request.from_tokens("a", range(100, 109), hasher)
+    b = Request.from_tokens("b", range(100, 109), hasher)
+    key = a.block_hashes[0]
+    looked_up: list[int] = []
+
+    def cold() -> str:
+        return f"mark_block_cold(1) is {manager.mark_block_cold(1)}; cold blocks {_cold(manager)}"
+
+    def evict() -> str:
+        done = manager.evict_block_permanently(1)
+        return (f"evict_block_permanently(1) is {done}: block 1 holds no hash, the pool misses its key "
+                f"({manager.block_pool.get_cached_block(key)}), the SSD has it ({ssd.has_block(key)})")
+
+    def lookup() -> str:
+        blocks, tokens = manager.get_computed_blocks(b)
+        looked_up.extend(blocks)
+        new = manager.allocate_slots(b, b.num_tokens - tokens, tokens, blocks)
+        return (f"hits blocks {[x.block_id for x in blocks]} ({manager.stats.restored_blocks} registered from the "
+                f"SSD); gets blocks {[x.block_id for x in new]}")
+
+    def restore() -> str:
+        block = looked_up[0]
+        return f"restore_block({block.block_id}) is {manager.restore_block(block.block_id)}; {ssd!r}"
+
+    steps = [
+        ("a arrives (9 tokens)", lambda: f"{admit(manager, a)}; {ssd!r}"),
+        ("a finishes", lambda: finish(manager, a)),
+        ("make block 1 cold", cold),
+        ("evict block 1 permanently", evict),
+        ("b arrives (the same 9 tokens)", lookup),
+        ("restore b's first block", restore),
+    ]
+    return Scenario("oMLX paged-SSD-only round trip", manager, steps)
+
+
+def _cold(manager: PagedCacheManager) -> list[int]:
+    return [b.block_id for b in manager.get_cold_blocks()]

@@ -3,13 +3,15 @@
 Rules: insert random keys (a 4-token alphabet, two namespaces), start requests (match +
 lock + allocate, evicting for room as SGLang's scheduler does), finish them
 (``cache_finished_req``) or abort them (unlock + free), plain lookups, evictions of random
-sizes, resets when idle, inserts that wrongly reuse the tree's slots (refused, no change); page sizes 1 and 4, every policy, split events on or off.
+sizes, resets when idle, inserts that wrongly reuse the tree's slots (refused, no change);
+page sizes 1 and 4, every eviction strategy, split events on or off.
 
 Invariants after every step: lock refs >= 0 and equal to the running requests whose
 matched path passes through the node; evictable + protected == total tokens, both equal a
 recount; residency prefix-closed (every node's parent chain reaches the root, every
 running request's node is in the tree); slots conserved (tree + requests' own + free ==
-the pool, no slot twice; the cache's record of held slots is the tree's); the event-fed index equals the tree's page ids.
+the pool, no slot twice; the cache's record of held slots is the tree's); the event-fed
+index equals the tree's page ids.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from kvlab.blockpool.radix import RadixCache
-from kvlab.blockpool.radix_key import RadixKey, TreeNode
-from kvlab.blockpool.radix_policies import RADIX_POLICIES
-from kvlab.blockpool.radix_view import iter_tree
+from kvlab.engines.sglang.radix_cache import RadixCache
+from kvlab.engines.sglang.tree_node import RadixKey, TreeNode
+from kvlab.engines.sglang.evict_policy import EVICTION_STRATEGIES
+from kvlab.engines.sglang.tree_node import iter_tree
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored
 
 POOL_SLOTS = 64
@@ -46,7 +48,7 @@ class Request(NamedTuple):
 
 
 class RadixCacheMachine(RuleBasedStateMachine):
-    @initialize(page_size=st.sampled_from([1, 4]), policy=st.sampled_from(list(RADIX_POLICIES)),
+    @initialize(page_size=st.sampled_from([1, 4]), policy=st.sampled_from(list(EVICTION_STRATEGIES)),
                 split_events=st.booleans())
     def setup(self, page_size: int, policy: str, split_events: bool) -> None:
         self.cache = RadixCache(page_size=page_size, eviction_policy=policy, kv_pool_size=POOL_SLOTS,

@@ -1,0 +1,25 @@
+"""SGLang's radix prefix cache (``python/sglang/srt/mem_cache/``), one kvlab file per upstream file.
+
+==============================  ===========================================================
+kvlab module                    upstream file
+==============================  ===========================================================
+:mod:`.radix_cache`             ``radix_cache.py`` (``RadixCache``, ``MatchResult``)
+:mod:`.tree_node`               ``radix_cache.py`` (``RadixKey``, ``TreeNode``), apart so that
+                                every module below can import them without a circle
+:mod:`.evict_policy`            ``evict_policy.py`` (``LRUStrategy`` …)
+:mod:`.allocator`               ``allocator.py`` (``TokenToKVPoolAllocator``)
+:mod:`.events`                  ``events.py`` (the KV event recorder)
+:mod:`.checks`                  none: the caller checks SGLang leaves to its scheduler
+==============================  ===========================================================
+
+Imports point one way: ``tree_node`` ← ``evict_policy``, ``events``, ``allocator`` ←
+``checks`` ← ``radix_cache``.
+"""
+
+from kvlab.engines.sglang.allocator import TokenToKVPoolAllocator
+from kvlab.engines.sglang.evict_policy import EVICTION_STRATEGIES, EvictionStrategy, get_eviction_strategy
+from kvlab.engines.sglang.radix_cache import MatchResult, RadixCache
+from kvlab.engines.sglang.tree_node import RadixKey, TreeNode
+
+__all__ = ["EVICTION_STRATEGIES", "EvictionStrategy", "MatchResult", "RadixCache", "RadixKey",
+           "TokenToKVPoolAllocator", "TreeNode", "get_eviction_strategy"]
