@@ -82,7 +82,7 @@ def test_engine_example_prints_the_pool(readme_run) -> None:
     out = output_of(printed, "manager.block_pool.pretty()")
     # 18 tokens: 4 full blocks cached (1-4) and a partial one (5); freed in reverse after the untouched 6-10
     assert "in_use=0, free=10, cached=4" in out[0] and "free queue (head -> tail): 6 7 8 9 10 5 4 3 2 1" in out
-    assert namespace["run"].admitted.all()
+    assert not namespace["run"].requests["rejected"].any()
 
 
 def test_hashing_example_builds_keys_and_traces(readme_run) -> None:
