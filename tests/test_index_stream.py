@@ -66,7 +66,7 @@ def test_another_scorer_and_bad_arguments() -> None:
         run(FaultInjector(), scorer="llmd")
     with pytest.raises(ValueError, match=r"step_s\[0\] must be a finite number"):
         replay_stream([], QUERY, PODS, ["0"])
-    with pytest.raises(ValueError, match="t_s must be a number >= now_s"):
+    with pytest.raises(ValueError, match=r"t_s must be a number >= 2.0, got 1.0"):
         replay_stream([], QUERY, PODS, [2.0, 1.0])
     with pytest.raises(ValueError, match="pods lists 'pod-a' twice"):
         replay_stream([], QUERY, ["pod-a", "pod-a"], [0.0])
