@@ -19,8 +19,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvlab.blend import replay_rag
-from kvlab.core import (CORE_REQUEST_COLUMNS, SINGLE_TIER, RunResult, RunSummary, check_result, timeline_frame,
-                        to_jsonable)
+from kvlab.core import (
+    CORE_REQUEST_COLUMNS,
+    SINGLE_TIER,
+    RunResult,
+    RunSummary,
+    check_result,
+    timeline_frame,
+    to_jsonable,
+)
+from kvlab.engines import replay_requests
 from kvlab.hashing import sim
 from kvlab.index import route_requests
 from kvlab.sim import replay, replay_reference
@@ -32,6 +40,9 @@ BLOCK = 4  # tokens per block of the contract traces
 DRIVERS: dict[str, tuple[Callable[[Trace], RunResult], Callable[[RunResult], int]]] = {
     "replay-prefix": (lambda t: replay(t, capacity_blocks=20), lambda r: BLOCK),
     "replay-vllm": (lambda t: replay(t, capacity_blocks=12, mode="vllm"), lambda r: BLOCK),
+    "replay-omlx": (lambda t: replay(t, capacity_blocks=12, mode="omlx", ssd_only=True, ssd_capacity_blocks=30),
+                    lambda r: BLOCK),
+    "replay_requests": (lambda t: replay_requests(t, capacity_blocks=12), lambda r: BLOCK),
     "replay_reference": (lambda t: replay_reference(t, policy="s3fifo", capacity_blocks=20), lambda r: BLOCK),
     "replay_rag": (lambda t: replay_rag(t, chunk_size=8, capacity_chunks=6, min_blend_tokens=8),
                    lambda r: r.config.chunk_size),

@@ -18,8 +18,12 @@ than the pool can ever hold: it is not admitted and counts as a miss), then ``bl
 (the blocks it needs), ``evictions`` (cached blocks evicted to make room for it) and
 ``cached_blocks`` (blocks holding a hash after it); oMLX adds ``restored_blocks``
 (blocks its lookup registered again from the SSD), ``pool_blocks`` (the pool's size,
-which grows), ``ssd_blocks`` and ``ssd_evictions``. The ``timeline`` repeats the per-request
-state in long form (tier ``"GPU"``: the block pool; ``"SSD"``: oMLX's paged SSD store).
+which grows), ``ssd_blocks`` and ``ssd_evictions``. The ``timeline`` has the shared metric names
+(:data:`kvlab.core.TIMELINE_METRICS`), so :mod:`kvlab.viz` draws it: tier ``"GPU"`` (the block
+pool: ``used_blocks`` = cached blocks, ``capacity_blocks``, ``evictions``, the ``hit_blocks`` it
+served, the request's ``miss_blocks``; oMLX adds ``pool_blocks``) and ``"SSD"`` (oMLX's paged
+SSD store: ``used_blocks``, ``capacity_blocks`` when bounded, ``evictions``, and the restored
+blocks it served as ``hit_blocks``).
 """
 
 from __future__ import annotations
@@ -226,6 +230,16 @@ def _run(trace: Trace, manager: KVCacheManager, extra: dict[str, Callable[[], in
     return out
 
 
+def _gpu_metrics(trace: Trace, run: dict[str, np.ndarray], capacity_blocks: int,
+                 gpu_hit_blocks: np.ndarray) -> dict[str, np.ndarray]:
+    """The GPU pool's timeline metrics (:data:`kvlab.core.TIMELINE_METRICS` names): cached
+    blocks as ``used_blocks``, the usable ``capacity_blocks``, ``evictions``, the hit blocks the
+    pool served and the request's ``miss_blocks`` (its blocks minus every tier's hits)."""
+    blocks, _ = _needed_blocks(trace)
+    return {"used_blocks": run["cached_blocks"], "capacity_blocks": np.full(len(trace), capacity_blocks),
+            "evictions": run["evictions"], "hit_blocks": gpu_hit_blocks, "miss_blocks": blocks - run["hit_blocks"]}
+
+
 def _result(trace: Trace, config: EngineReplayConfig, manager: KVCacheManager, run: dict[str, np.ndarray],
             summary_type: type[EngineReplaySummary], timeline: dict[str, dict[str, np.ndarray]],
             totals: dict[str, int]) -> EngineResult:
@@ -281,7 +295,7 @@ def replay_requests(trace: Trace, config: EngineReplayConfig | None = None, **ov
                      block_size=trace.block_size)
     manager = KVCacheManager(pool, block_size=trace.block_size, enable_caching=config.enable_caching)
     run = _run(trace, manager, {})
-    timeline = {MEDIUM_GPU: {"cached_blocks": run["cached_blocks"], "evictions": run["evictions"]}}
+    timeline = {MEDIUM_GPU: _gpu_metrics(trace, run, capacity, run["hit_blocks"])}
     return _result(trace, config, manager, run, EngineReplaySummary, timeline, {})
 
 
@@ -328,10 +342,14 @@ def replay_omlx(trace: Trace, config: OmlxReplayConfig | None = None, **override
     totals = {name: int(run[name][-1]) if len(trace) else sample() for name, sample in extra.items()}
     for name in ("restored_blocks", "ssd_evictions"):  # counters -> per request
         run[name] = np.diff(run[name], prepend=0)
-    timeline = {MEDIUM_GPU: {"cached_blocks": run["cached_blocks"], "evictions": run["evictions"],
-                             "pool_blocks": run["pool_blocks"], "restored_blocks": run["restored_blocks"]}}
+    restored = np.where(run["rejected"], 0, run["restored_blocks"])  # a rejected request is served nowhere
+    timeline = {MEDIUM_GPU: {**_gpu_metrics(trace, run, capacity, run["hit_blocks"] - restored),
+                             "pool_blocks": run["pool_blocks"]}}
     if ssd is not None:
-        timeline["SSD"] = {"ssd_blocks": run["ssd_blocks"], "ssd_evictions": run["ssd_evictions"]}
+        timeline["SSD"] = {"used_blocks": run["ssd_blocks"], "evictions": run["ssd_evictions"],
+                           "hit_blocks": restored}
+        if config.ssd_capacity_blocks is not None:
+            timeline["SSD"]["capacity_blocks"] = np.full(len(trace), config.ssd_capacity_blocks)
     return _result(trace, config, manager, run, OmlxReplaySummary, timeline, totals)
 
 
