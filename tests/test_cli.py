@@ -130,6 +130,21 @@ def test_replay_vllm_mode(capsys) -> None:
     assert json.loads(out)["block_hit_ratio"] > summary["block_hit_ratio"]  # full blocks + last-token rule
 
 
+def test_replay_omlx_mode(capsys) -> None:
+    """oMLX with its pool at full size and no SSD hits as vLLM's pool; its paged SSD adds hits."""
+    argv = ("replay", "synthetic", "--capacity-blocks", "300", "--json")
+    vllm = json.loads(run(capsys, *argv, "--mode", "vllm")[1])
+    plain = json.loads(run(capsys, *argv, "--mode", "omlx")[1])
+    code, out, _ = run(capsys, *argv, "--mode", "omlx", "--ssd-capacity-blocks", "3000")
+    ssd = json.loads(out)
+    assert code == 0 and plain["driver"] == ssd["driver"] == "engine_omlx"
+    assert ssd["config"]["ssd_only"] and ssd["config"]["ssd_capacity_blocks"] == 3000 and ssd["ssd_blocks"] == 3000
+    assert plain["hit_blocks"] == vllm["hit_blocks"] and plain["rejected_requests"] == vllm["rejected_requests"]
+    assert ssd["hit_blocks"] > plain["hit_blocks"] and ssd["restored_blocks"] > 0
+    code, _, err = run(capsys, "replay", "synthetic", "--ssd-capacity-blocks", "30")
+    assert code == 2 and "apply to mode 'omlx' only" in err
+
+
 def test_out_under_a_file_is_rejected_before_work(tmp_path, capsys) -> None:
     afile = tmp_path / "afile"
     afile.write_text("x")

@@ -138,11 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fraction of leading requests excluded from the statistics (default 0)")
     rep.add_argument("--touch-order", choices=TOUCH_ORDERS, default="head_most_recent",
                      help="which end of a request is most recently used afterwards (default head_most_recent)")
-    rep.add_argument("--mode", choices=("prefix", "vllm"), default=None,
+    rep.add_argument("--mode", choices=("prefix", "vllm", "omlx"), default=None,
                      help="prefix: every block a cache entry (default); vllm: vLLM v1's block pool one request at a "
-                          "time (full blocks only, last-token rule)")
+                          "time (full blocks only, last-token rule); omlx: oMLX's paged cache (vLLM's pool plus "
+                          "an elastic pool and a paged SSD store)")
     rep.add_argument("--free-order", choices=("classic", "current"), default=None,
-                     help="vLLM free-queue order in --mode vllm (default current)")
+                     help="vLLM free-queue order in --mode vllm or omlx (default current)")
+    rep.add_argument("--ssd-capacity-blocks", type=_capacity, default=argparse.SUPPRESS, metavar="N",
+                     help="--mode omlx: oMLX's paged-SSD-only mode with an SSD store of N blocks (or 'unbounded')")
     rep.add_argument("--window-requests", type=_positive_int, default=None, metavar="N",
                      help="window of the rolling hit ratio in the timeline (default 1000)")
     rep.add_argument("--tier", type=parse_tier, action="append", metavar="NAME=CAPACITY_BLOCKS[:POLICY]",
@@ -250,7 +253,8 @@ def cmd_replay(args: argparse.Namespace) -> None:
     config = ReplayConfig(policy=args.policy or "lru", capacity_blocks=args.capacity_blocks,
                           touch_order=args.touch_order, warmup_fraction=args.warmup_fraction,
                           window_requests=args.window_requests or 1000, mode=args.mode or "prefix",
-                          free_order=args.free_order or "current")
+                          free_order=args.free_order or "current", ssd_only=hasattr(args, "ssd_capacity_blocks"),
+                          ssd_capacity_blocks=getattr(args, "ssd_capacity_blocks", None))
     result = replay(trace, config, progress=sys.stderr.isatty() and trace.block_refs > 5_000_000)
     if args.out is not None:
         from kvlab.viz import occupancy_chart, save_chart
@@ -259,12 +263,12 @@ def cmd_replay(args: argparse.Namespace) -> None:
         result.requests.write_parquet(args.out / "requests.parquet")
         result.timeline.write_parquet(args.out / "timeline.parquet")
         (args.out / "summary.json").write_text(summary_json(result.summary, indent=2) + "\n")
-        measured = result.requests.filter("measured")["arrival_s"]
+        measured = result.requests.filter("measured")["arrival_s"] if config.warmup_fraction > 0 else None
         cap = "unbounded" if config.capacity_blocks is None else f"{config.capacity_blocks:,} blocks"
         title = (f"{Path(trace.source).name}: {config.policy}, {cap}, {config.touch_order}, "
                  f"warm-up {config.warmup_fraction:g}")
         chart = occupancy_chart(result, title=title,
-                                warmup_end_s=measured[0] if config.warmup_fraction > 0 and len(measured) else None)
+                                warmup_end_s=measured[0] if measured is not None and len(measured) else None)
         save_chart(chart, args.out, "occupancy")
     if args.json:
         print(summary_json(result.summary))

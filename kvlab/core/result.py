@@ -133,6 +133,40 @@ class RunSummary:
         """The summary as JSON types: ``driver``, then every field (the config echoed whole)."""
         return {"driver": self.driver, **{f.name: to_jsonable(getattr(self, f.name)) for f in fields(self)}}
 
+    def __str__(self) -> str:
+        """One line per field for a terminal: the config as ``name=value`` pairs, counts with
+        thousands separators, ratios to 4 places (a driver may print its own table instead).
+
+        Example:
+            >>> @dataclass(frozen=True)
+            ... class DemoSummary(RunSummary):
+            ...     driver: ClassVar[str] = "demo"
+            ...     source: str
+            ...     config: dict
+            ...     hit_blocks: int
+            ...     hit_ratio: float
+            >>> print(DemoSummary("toy", {"capacity_blocks": 4}, 12345, 0.5))
+            driver      demo
+            source      toy
+            config      capacity_blocks=4
+            hit_blocks  12,345
+            hit_ratio   0.5000
+        """
+        def text(value: object) -> str:
+            if isinstance(value, bool) or value is None:
+                return str(value)
+            if isinstance(value, int):
+                return f"{value:,}"
+            if isinstance(value, float):
+                return f"{value:.4f}"
+            if isinstance(value, dict):
+                return ", ".join(f"{k}={text(v)}" for k, v in value.items())
+            return str(value)
+
+        rows = {"driver": self.driver, **to_jsonable(self.to_dict())}
+        width = max(map(len, rows)) + 2
+        return "\n".join(f"{name:<{width}}{text(value)}" for name, value in rows.items())
+
 
 @dataclass(frozen=True, eq=False)
 class RunResult:
