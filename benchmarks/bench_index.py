@@ -158,7 +158,7 @@ def ingest_events(n_events: int, seed: int = SEED + 1) -> list[tuple[str, int, E
 
 def ingest_index(index: Index, events: list[tuple[str, int, EventBatch]]) -> float:
     """Seconds for an EventIngestor to apply ``events`` to ``index`` (all must apply)."""
-    ingestor = EventIngestor(index, block_size_tokens=TOKENS_PER_BLOCK)
+    ingestor = EventIngestor(index, block_size=TOKENS_PER_BLOCK)
     start = time.perf_counter()
     for pod, seq, batch in events:
         ingestor.ingest_batch(pod, seq, batch)

@@ -196,7 +196,7 @@ def test_ttft_of_nothing_saved_is_zero() -> None:
     ({"gpu_flops": 0}, "gpu_flops must be > 0"),
     ({"link": get_device("pcie_gen4_x16")}, "link needs a device"),
     ({"device": "nvme"}, "device must be a Device"),
-    ({"block_size_tokens": 0}, "block_size_tokens must be >= 1"),
+    ({"block_size": 0}, "block_size must be an integer >= 1, got 0"),
 ])
 def test_ttft_bad_arguments_raise(kwargs: dict, message: str) -> None:
     args = {"savings": prefill_savings(1000, 512), "model": LLAMA, "gpu_flops": H100, **kwargs}

@@ -113,7 +113,7 @@ def test_block_size_and_version(capsys, tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text('{"timestamp": 0, "input_length": 20, "output_length": 1, "hash_ids": [1, 2]}\n')
     code, out, _ = run(capsys, "info", str(path), "--block-size", "16", "--json")
-    assert code == 0 and json.loads(out)["block_size_tokens"] == 16
+    assert code == 0 and json.loads(out)["block_size"] == 16
     code, _, err = run(capsys, "info", str(path))
     assert code == 2 and "needs ceil(20/512)=1" in err
     with pytest.raises(SystemExit) as info:

@@ -46,8 +46,8 @@ DRIVERS: dict[str, tuple[Callable[[Trace], RunResult], Callable[[RunResult], int
     "replay_reference": (lambda t: replay_reference(t, policy="s3fifo", capacity_blocks=20), lambda r: BLOCK),
     "replay_rag": (lambda t: replay_rag(t, chunk_size=8, capacity_chunks=6, min_blend_tokens=8),
                    lambda r: r.config.chunk_size),
-    "route_requests": (lambda t: route_requests(t, capacity_blocks=12, block_size_tokens=BLOCK),
-                       lambda r: r.config.block_size_tokens),
+    "route_requests": (lambda t: route_requests(t, capacity_blocks=12, block_size=BLOCK),
+                       lambda r: r.config.block_size),
 }
 
 

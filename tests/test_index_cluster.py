@@ -45,7 +45,7 @@ def test_one_pod_serves_as_the_engine_replay(drawn: Trace, capacity: int) -> Non
     full = [keys[: n // size] for keys, n in zip(drawn.frame["block_keys"].to_list(),
                                                   drawn.frame["input_tokens"].to_list())]
     trace = make_trace(full, block_size=size)
-    frame = route_requests(trace, n_pods=1, capacity_blocks=capacity, block_size_tokens=size).requests
+    frame = route_requests(trace, n_pods=1, capacity_blocks=capacity, block_size=size).requests
     engine = replay_requests(trace, capacity_blocks=capacity)
     assert frame["hit_blocks"].to_list() == engine.requests["hit_blocks"].to_list()
 
@@ -95,7 +95,7 @@ def test_only_a_trace_is_routed() -> None:
 
 
 def test_a_prompt_larger_than_the_pod_is_flagged_not_served() -> None:
-    result = route_requests(token_trace(range(8), range(4)), capacity_blocks=1, block_size_tokens=4)
+    result = route_requests(token_trace(range(8), range(4)), capacity_blocks=1, block_size=4)
     frame = result.requests
     assert frame["rejected"].to_list() == [True, False] and frame["hit_blocks"].to_list() == [0, 0]
     assert frame["input_tokens"].to_list() == [8, 4] and result.summary.rejected_requests == 1
@@ -103,7 +103,7 @@ def test_a_prompt_larger_than_the_pod_is_flagged_not_served() -> None:
 
 def test_the_trace_tokens_are_routed_and_the_timeline_follows_the_pods() -> None:
     """A trace with token ids is routed on those tokens; each pod is a tier of the timeline."""
-    result = route_requests(token_trace(range(8), range(8), range(100, 104)), block_size_tokens=4)
+    result = route_requests(token_trace(range(8), range(8), range(100, 104)), block_size=4)
     frame = result.requests
     # request 1 repeats request 0: the last-token rule leaves one of its 2 blocks to recompute
     assert frame["hit_blocks"].to_list() == [0, 1, 0] and frame["hit_tokens"].to_list() == [0, 4, 0]

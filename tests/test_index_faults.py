@@ -44,7 +44,7 @@ def stream(n: int, pods=("pod-a", "pod-b"), seed: int = 3) -> list[tuple]:
 
 
 def ingest_all(deliveries, **kwargs) -> EventIngestor:
-    ingestor = EventIngestor(InMemoryIndex(), block_size_tokens=BS, **kwargs)
+    ingestor = EventIngestor(InMemoryIndex(), block_size=BS, **kwargs)
     DeliveryReplay(ingestor, deliveries).advance_to(math.inf)
     return ingestor
 
@@ -90,7 +90,7 @@ def test_coalescing_holds_a_pods_messages_to_the_next_tick() -> None:
 
 def test_the_index_is_stale_until_the_flush() -> None:
     """Opal's 30 s coalescing: a block stored at t=1 reaches the index at t=30."""
-    ingestor = EventIngestor(InMemoryIndex(), block_size_tokens=BS)
+    ingestor = EventIngestor(InMemoryIndex(), block_size=BS)
     deliveries = FaultInjector(coalesce_s=30.0, delay_s=0.25).inject([(1.0, "pod-a", 0, EventBatch(1.0, [store(7)]))])
     replay = DeliveryReplay(ingestor, deliveries)
     assert replay.advance_to(30.0) == 0 and ingestor.index.pod_keys("pod-a") == set()

@@ -74,7 +74,7 @@ def pods_at(index, key: int) -> set[PodEntry]:
 # ---- T-P1 .. T-P8 -----------------------------------------------------------------------
 def test_tp1_small_engine_blocks_map_many_to_one(make_index) -> None:
     index = make_index()
-    ingestor = EventIngestor(index, block_size_tokens=64)
+    ingestor = EventIngestor(index, block_size=64)
     engine = list(range(101, 109))
     feed(ingestor, "pod-a", stored(engine, TOKENS_128, 16))
     c = canonical(TOKENS_128)
@@ -85,7 +85,7 @@ def test_tp1_small_engine_blocks_map_many_to_one(make_index) -> None:
 
 def test_tp2_large_engine_blocks_map_one_to_many(make_index) -> None:
     index = make_index()
-    ingestor = EventIngestor(index, block_size_tokens=64)
+    ingestor = EventIngestor(index, block_size=64)
     tokens = list(range(256))
     feed(ingestor, "pod-a", stored([500, 501], tokens, 128))
     c = canonical(tokens)
@@ -100,7 +100,7 @@ def test_tp2_large_engine_blocks_map_one_to_many(make_index) -> None:
 
 def test_tp3_engines_with_different_block_sizes_converge(make_index) -> None:
     index = make_index()
-    ingestor = EventIngestor(index, block_size_tokens=64)
+    ingestor = EventIngestor(index, block_size=64)
     feed(ingestor, "pod-a", stored(list(range(1, 9)), TOKENS_128, 16))
     feed(ingestor, "pod-b", stored(list(range(11, 15)), TOKENS_128, 32))
     for key in canonical(TOKENS_128):
@@ -109,7 +109,7 @@ def test_tp3_engines_with_different_block_sizes_converge(make_index) -> None:
 
 def test_tp4_removing_an_unknown_engine_key_is_a_noop(make_index) -> None:
     index = make_index()
-    ingestor = EventIngestor(index, block_size_tokens=64)
+    ingestor = EventIngestor(index, block_size=64)
     feed(ingestor, "pod-a", stored([7], TOKENS_128[:64], 64))
     assert feed(ingestor, "pod-a", BlockRemoved([999_999], "GPU")) == "applied"
     assert index.pod_keys("pod-a") == set(canonical(TOKENS_128[:64]))
@@ -118,7 +118,7 @@ def test_tp4_removing_an_unknown_engine_key_is_a_noop(make_index) -> None:
 
 def test_tp5_cpu_offload_without_tokens_is_a_tier_update(make_index) -> None:
     index = make_index()
-    ingestor = EventIngestor(index, block_size_tokens=16)
+    ingestor = EventIngestor(index, block_size=16)
     tokens, engine = list(range(64)), [41, 42, 43, 44]
     c = canonical(tokens, 16)
     feed(ingestor, "pod-a", stored(engine, tokens, 16))
@@ -134,7 +134,7 @@ def test_tp5_cpu_offload_without_tokens_is_a_tier_update(make_index) -> None:
 
 def test_tp6_fewer_tokens_than_a_canonical_block_index_nothing(make_index) -> None:
     index = make_index()
-    ingestor = EventIngestor(index, block_size_tokens=64)
+    ingestor = EventIngestor(index, block_size=64)
     assert feed(ingestor, "pod-a", stored([1, 2, 3], list(range(48)), 16)) == "applied"
     assert list(index.items()) == [] and index.get_request_key(1) is None
     assert ingestor.stats.skipped == {"partial_block": 1} and not ingestor.stats.applied
@@ -142,7 +142,7 @@ def test_tp6_fewer_tokens_than_a_canonical_block_index_nothing(make_index) -> No
 
 def test_tp7_all_blocks_cleared_clears_only_its_pod(make_index) -> None:
     index = make_index()
-    ingestor = EventIngestor(index, block_size_tokens=64)
+    ingestor = EventIngestor(index, block_size=64)
     feed(ingestor, "pod-1", stored([1, 2], TOKENS_128, 64))
     feed(ingestor, "pod-2", stored([3, 4], TOKENS_128, 64))
     feed(ingestor, "pod-1", AllBlocksCleared())
@@ -152,7 +152,7 @@ def test_tp7_all_blocks_cleared_clears_only_its_pod(make_index) -> None:
 
 def test_tp8_groups_are_separate_entries(make_index) -> None:
     index = make_index()
-    ingestor = EventIngestor(index, block_size_tokens=64)
+    ingestor = EventIngestor(index, block_size=64)
     feed(ingestor, "pod-a", stored([1], TOKENS_128[:64], 64, group_idx=0))
     feed(ingestor, "pod-a", stored([2], TOKENS_128[:64], 64, group_idx=1))
     (key,) = canonical(TOKENS_128[:64])
@@ -163,7 +163,7 @@ def test_tp8_groups_are_separate_entries(make_index) -> None:
 
 def test_groups_can_be_ignored() -> None:
     index = InMemoryIndex()
-    ingestor = EventIngestor(index, block_size_tokens=64, use_groups=False)
+    ingestor = EventIngestor(index, block_size=64, use_groups=False)
     feed(ingestor, "pod-a", stored([1], TOKENS_128[:64], 64, group_idx=3))
     assert pods_at(index, canonical(TOKENS_128[:64])[0]) == {PodEntry("pod-a")}
 
@@ -171,7 +171,7 @@ def test_groups_can_be_ignored() -> None:
 # ---- keys: parents, roots, LoRA, tails -----------------------------------------------------
 def test_a_stored_chain_continues_from_its_parents_request_key() -> None:
     index = InMemoryIndex()
-    ingestor = EventIngestor(index, block_size_tokens=4)
+    ingestor = EventIngestor(index, block_size=4)
     tokens = list(range(12))
     feed(ingestor, "pod-a", stored([10, 11], tokens[:8], 4))
     feed(ingestor, "pod-a", stored([12], tokens[8:], 4, parent=11))
@@ -181,14 +181,14 @@ def test_a_stored_chain_continues_from_its_parents_request_key() -> None:
 
 def test_a_store_whose_parent_is_unknown_is_skipped_and_counted(make_index) -> None:
     index = make_index()
-    ingestor = EventIngestor(index, block_size_tokens=4)
+    ingestor = EventIngestor(index, block_size=4)
     assert feed(ingestor, "pod-a", stored([12], [1, 2, 3, 4], 4, parent=11)) == "applied"
     assert list(index.items()) == [] and ingestor.stats.skipped == {"unknown_parent": 1}
 
 
 def test_the_topic_gives_pod_and_model_and_lora_replaces_the_model() -> None:
     index = InMemoryIndex()
-    ingestor = EventIngestor(index, block_size_tokens=4, model_name="ignored-model")
+    ingestor = EventIngestor(index, block_size=4, model_name="ignored-model")
     tokens = list(range(8))
     frames = encode_frames(EventBatch(1.0, [stored([1, 2], tokens, 4)]), topic="kv@pod-7@org/model@v2", seq=0)
     assert ingestor.ingest(decode_frames(frames)) == "applied"
@@ -209,7 +209,7 @@ def test_a_malformed_topic_is_refused_naming_it(topic: str) -> None:
 
 def test_engine_keys_past_the_last_full_canonical_block_stay_unmapped() -> None:
     index = InMemoryIndex()
-    ingestor = EventIngestor(index, block_size_tokens=64)
+    ingestor = EventIngestor(index, block_size=64)
     tokens = list(range(80))  # 5 engine blocks of 16: 4 inside canonical block 0, one in the tail
     feed(ingestor, "pod-a", stored([1, 2, 3, 4, 5], tokens, 16))
     c = canonical(tokens)
@@ -221,7 +221,7 @@ def test_engine_keys_past_the_last_full_canonical_block_stay_unmapped() -> None:
 
 def test_tier_updates_resolve_known_keys_and_count_unknown_ones() -> None:
     index = InMemoryIndex()
-    ingestor = EventIngestor(index, block_size_tokens=4)
+    ingestor = EventIngestor(index, block_size=4)
     feed(ingestor, "pod-a", stored([1, 2], list(range(8)), 4))
     feed(ingestor, "pod-a", stored([2, 2, 9], [], 4, medium="CPU"))  # 2 twice (dedup), 9 unknown
     assert index.pod_keys("pod-a", "cpu") == {canonical(list(range(8)), 4)[1]}
@@ -234,7 +234,7 @@ def test_tier_updates_resolve_known_keys_and_count_unknown_ones() -> None:
 
 def test_a_tier_scoped_clear_keeps_the_other_tiers() -> None:
     index = InMemoryIndex()
-    ingestor = EventIngestor(index, block_size_tokens=4)
+    ingestor = EventIngestor(index, block_size=4)
     feed(ingestor, "pod-a", stored([1], [1, 2, 3, 4], 4))
     feed(ingestor, "pod-a", stored([1], [], 4, medium="CPU"))
     feed(ingestor, "pod-a", AllBlocksCleared("CPU"))
@@ -244,7 +244,7 @@ def test_a_tier_scoped_clear_keeps_the_other_tiers() -> None:
 
 
 def test_stores_with_extra_keys_are_counted() -> None:
-    ingestor = EventIngestor(InMemoryIndex(), block_size_tokens=4)
+    ingestor = EventIngestor(InMemoryIndex(), block_size=4)
     feed(ingestor, "pod-a", stored([1, 2], list(range(8)), 4, extra_keys=[None, None]))
     feed(ingestor, "pod-a", stored([3], list(range(4)), 4, extra_keys=[("img", 0)]))
     assert ingestor.stats.extra_keys_ignored == 1
@@ -253,7 +253,7 @@ def test_stores_with_extra_keys_are_counted() -> None:
 # ---- a bad event does not stop its batch ---------------------------------------------------
 def test_bad_events_are_recorded_and_the_rest_of_the_batch_applied(make_index) -> None:
     index = make_index()
-    ingestor = EventIngestor(index, block_size_tokens=4)
+    ingestor = EventIngestor(index, block_size=4)
     batch = EventBatch(0.0, [stored([1], [1, 2, 3, 4], 4),
                              stored([2], [5, 6, 7, 8], 4, parent=1, medium="HBM3"),   # unknown tier
                              stored([3], [9, 9, 9, 9, 9, 9], 6),                       # 6 vs 4: no mapping
@@ -270,7 +270,7 @@ def test_bad_events_are_recorded_and_the_rest_of_the_batch_applied(make_index) -
 
 def test_radix_index_rejects_a_parent_the_pod_does_not_hold() -> None:
     index = RadixIndex()
-    ingestor = EventIngestor(index, block_size_tokens=4)
+    ingestor = EventIngestor(index, block_size=4)
     feed(ingestor, "pod-a", stored([1], [1, 2, 3, 4], 4))
     feed(ingestor, "pod-b", stored([2], [5, 6, 7, 8], 4, parent=1))  # resolves, but pod-b lacks it
     (error,) = ingestor.stats.errors
@@ -281,7 +281,7 @@ def test_radix_index_rejects_a_parent_the_pod_does_not_hold() -> None:
 def test_a_gap_is_reported_then_applied_and_late_or_duplicate_batches_are_not() -> None:
     index = InMemoryIndex()
     gaps = []
-    ingestor = EventIngestor(index, block_size_tokens=4, on_gap=lambda *gap: gaps.append(gap))
+    ingestor = EventIngestor(index, block_size=4, on_gap=lambda *gap: gaps.append(gap))
     store = EventBatch(0.0, [stored([1], [1, 2, 3, 4], 4)])
     assert ingestor.ingest_batch("pod-a", 0, store) == "applied"
     assert ingestor.ingest_batch("pod-a", 3, EventBatch(3.0, [BlockRemoved([1], "GPU")])) == "gap"
@@ -296,7 +296,7 @@ def test_a_gap_is_reported_then_applied_and_late_or_duplicate_batches_are_not() 
 
 def test_a_restarted_publisher_clears_its_pod() -> None:
     index = InMemoryIndex()
-    ingestor = EventIngestor(index, block_size_tokens=4)
+    ingestor = EventIngestor(index, block_size=4)
     for pod in ("pod-a", "pod-b"):
         for seq in range(3):
             ingestor.ingest_batch(pod, seq, EventBatch(float(seq), [stored([10 + seq], [seq] * 4, 4)]))
@@ -314,7 +314,7 @@ def test_a_restarted_publisher_clears_its_pod() -> None:
 
 def test_a_batch_from_before_a_restart_delivered_after_it_is_late() -> None:
     index = InMemoryIndex()
-    ingestor = EventIngestor(index, block_size_tokens=4)
+    ingestor = EventIngestor(index, block_size=4)
     ingestor.ingest_batch("pod-a", 5, EventBatch(5.0, []))
     assert ingestor.ingest_batch("pod-a", 0, EventBatch(8.0, [])) == "restart"
     assert ingestor.ingest_batch("pod-a", 1, EventBatch(9.0, [])) == "applied"
@@ -325,7 +325,7 @@ def test_a_batch_from_before_a_restart_delivered_after_it_is_late() -> None:
 
 def test_a_duplicate_of_seq_zero_is_not_a_restart() -> None:
     index = InMemoryIndex()
-    ingestor = EventIngestor(index, block_size_tokens=4)
+    ingestor = EventIngestor(index, block_size=4)
     first = EventBatch(5.0, [stored([1], [1, 2, 3, 4], 4)])
     ingestor.ingest_batch("pod-a", 0, first)
     ingestor.ingest_batch("pod-a", 1, EventBatch(6.0, [stored([2], [5, 6, 7, 8], 4, parent=1)]))
@@ -350,9 +350,9 @@ def test_data_parallel_ranks_are_separate_publishers() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
-    ({"hasher": LlmdHasher(), "block_size_tokens": 16}, "either hasher or"),
+    ({"hasher": LlmdHasher(), "block_size": 16}, "either hasher or"),
     ({"hasher": sim(4)}, "hasher must be an LlmdHasher"),
-    ({"block_size_tokens": 0}, "block_size"),
+    ({"block_size": 0}, "block_size"),
     ({"on_gap": 3}, "on_gap must be callable"),
     ({"use_groups": "yes"}, "use_groups must be a bool"),
     ({"initial_seq": -1}, "seq must be an integer"),
@@ -390,7 +390,7 @@ class PoolDriver:
     def __init__(self, index, free_order: str) -> None:
         self.manager = KVCacheManager(BlockPool(7, block_size=BS, free_order=free_order,
                                                 enable_kv_cache_events=True), block_size=BS)
-        self.index, self.ingestor = index, EventIngestor(index, block_size_tokens=BS)
+        self.index, self.ingestor = index, EventIngestor(index, block_size=BS)
         self.request_key: dict[int, int] = {}
         self.running: list[Request] = []
         self.ids, self.new_tokens, self.seq = itertools.count(), itertools.count(1000), 0
@@ -508,7 +508,7 @@ class RadixDriver:
 
     def __init__(self, index) -> None:
         self.cache = RadixCache(page_size=BS, enable_kv_cache_events=True)
-        self.index, self.ingestor, self.seq = index, EventIngestor(index, block_size_tokens=BS), 0
+        self.index, self.ingestor, self.seq = index, EventIngestor(index, block_size=BS), 0
 
     def step(self) -> None:
         self.ingestor.ingest_batch("pod-0", self.seq, EventBatch(float(self.seq), self.cache.take_events()))

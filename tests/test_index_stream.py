@@ -28,11 +28,11 @@ STREAM = [
 ]
 MESSAGES = [(t, pod, seq, EventBatch(t, events)) for t, pod, seq, events in STREAM]
 STEP_S = [t for t, *_ in STREAM]
-QUERY = request_keys_for_tokens(SYS + A + NEXT, EventIngestor(InMemoryIndex(), block_size_tokens=BLOCK).hasher)
+QUERY = request_keys_for_tokens(SYS + A + NEXT, EventIngestor(InMemoryIndex(), block_size=BLOCK).hasher)
 
 
 def run(injector: FaultInjector, **kwargs: object):
-    return replay_stream(injector.inject(MESSAGES), QUERY, PODS, STEP_S, block_size_tokens=BLOCK, **kwargs)
+    return replay_stream(injector.inject(MESSAGES), QUERY, PODS, STEP_S, block_size=BLOCK, **kwargs)
 
 
 def test_delivered_at_once_the_index_follows_the_pods_exactly() -> None:

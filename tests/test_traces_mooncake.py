@@ -197,7 +197,7 @@ def test_bundled_trace_statistics(name: str, request: pytest.FixtureRequest) -> 
     assert stats["time_span_s"] == pytest.approx(expected.pop("time_span_s"), abs=1e-9)
     for key, value in expected.items():
         assert stats[key] == value, key
-    assert stats["block_size_tokens"] == 512
+    assert stats["block_size"] == 512
 
 
 @pytest.mark.parametrize("name", ["conversation", "synthetic"])

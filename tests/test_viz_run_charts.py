@@ -122,7 +122,7 @@ def test_a_timeline_without_hits_has_no_ratio_or_breakdown() -> None:
     lambda: replay(load_trace("conversation").head(200), capacity_blocks=500),
     lambda: replay_rag(rag(6, num_documents=3, document_tokens=512, system_prompt_tokens=256, docs_per_request=2,
                            order="shuffled", seed=0), capacity_chunks=8),
-    lambda: route_requests(load_trace("conversation").head(60), block_size_tokens=4, capacity_blocks=300),
+    lambda: route_requests(load_trace("conversation").head(60), block_size=4, capacity_blocks=300),
 ], ids=["replay", "replay_rag", "route_requests"])
 def test_the_charts_draw_every_driver(run) -> None:
     result = run()

@@ -187,7 +187,7 @@ def replay_rag(trace: Trace, *, chunk_size: int = 256, capacity_chunks: int | No
 
     A whole-prompt hit is counted in full (no last token recomputed for the logits); a trailing
     partial chunk is never cached. Times come from :func:`~kvlab.blend.savings.ttft_saved_s`
-    with ``block_size_tokens = chunk_size``.
+    with ``block_size = chunk_size``.
 
     Args:
         trace: a trace with ``token_ids`` (e.g. :func:`kvlab.traces.rag`).
@@ -293,7 +293,7 @@ def _run(trace: Trace, config: RagConfig) -> tuple[dict[str, list], list[int], l
         row = {"input_tokens": both.prompt_tokens, "hit_blocks": hit_chunks, "hit_tokens": both.prefix_hit_tokens,
                **{name: getattr(both, name) for name in _COUNTS}, "prefix_only_saved_tokens": only.saved_tokens}
         if config.model is not None:
-            cost = {"device": config.device, "link": config.link, "block_size_tokens": chunk_size}
+            cost = {"device": config.device, "link": config.link, "block_size": chunk_size}
             row["ttft_saved_s"] = ttft_saved_s(both, config.model, config.gpu_flops, **cost)
             row["prefix_only_ttft_saved_s"] = ttft_saved_s(only, config.model, config.gpu_flops, **cost)
         for name, value in row.items():

@@ -189,7 +189,7 @@ def prefill_savings(prompt_tokens: int, prefix_hit_tokens: int, matches: Sequenc
 
 
 def ttft_saved_s(savings: PrefillSavings, model: ModelSpec, gpu_flops: float, *, device: Device | None = None,
-                 link: Device | None = None, block_size_tokens: int = 256, mfu: float = DEFAULT_MFU) -> float:
+                 link: Device | None = None, block_size: int = 256, mfu: float = DEFAULT_MFU) -> float:
     """Estimated prefill seconds saved by a :class:`PrefillSavings`, vs prefilling the whole prompt.
 
     Compute saved (:func:`kvlab.tiers.cost.recompute_time_s`, each token attending over all
@@ -198,7 +198,7 @@ def ttft_saved_s(savings: PrefillSavings, model: ModelSpec, gpu_flops: float, *,
     ``1 - recomputed_blend_tokens / blended_tokens`` (the recomputed share is spread evenly).
     Fresh tokens cost the same either way. With ``device`` (and optionally ``link``, e.g. PCIe),
     loading the reused KV — the prefix hit, and all blended tokens including those recomputed —
-    costs :func:`kvlab.tiers.cost.fetch_time_s` of ``ceil(tokens / block_size_tokens)`` whole
+    costs :func:`kvlab.tiers.cost.fetch_time_s` of ``ceil(tokens / block_size)`` whole
     blocks; the prefix and the blend are each worth ``max(0, compute saved − load)`` (an engine
     recomputes rather than load slower, as :func:`kvlab.tiers.cost.ttft_saved_s`). Load and
     recompute are sequential here, so this is a lower bound on what CacheBlend's pipelining of
@@ -210,7 +210,7 @@ def ttft_saved_s(savings: PrefillSavings, model: ModelSpec, gpu_flops: float, *,
         gpu_flops: dense FLOP/s of the GPUs doing the prefill (> 0).
         device: the tier the reused KV is loaded from, or None.
         link: the link from that tier to the GPU, or None.
-        block_size_tokens: tokens per transferred block (int ≥ 1; LMCache's 256-token chunk).
+        block_size: tokens per transferred block (int ≥ 1; LMCache's 256-token chunk).
         mfu: model-FLOPs utilisation in (0, 1].
 
     Returns:
@@ -233,7 +233,7 @@ def ttft_saved_s(savings: PrefillSavings, model: ModelSpec, gpu_flops: float, *,
         raise ValueError(f"savings must be a PrefillSavings, got {type(savings).__name__}")
     if not isinstance(model, ModelSpec):
         raise ValueError(f"model must be a ModelSpec, got {model!r}")
-    block_bytes = model.kv_bytes_per_block(block_size_tokens)
+    block_bytes = model.kv_bytes_per_block(check_positive("block_size", block_size))
     prefix_s = recompute_time_s(savings.prefix_hit_tokens, model, gpu_flops, 0, mfu)
     blend_s = sum(recompute_time_s(ed - st, model, gpu_flops, st, mfu) for st, ed in savings.blend_ranges)
     if savings.blended_tokens:
@@ -242,6 +242,6 @@ def ttft_saved_s(savings: PrefillSavings, model: ModelSpec, gpu_flops: float, *,
         if link is not None:
             raise ValueError("link needs a device (the tier the KV is loaded from), got device=None")
         return prefix_s + blend_s
-    loads = [fetch_time_s(-(-tokens // block_size_tokens), block_bytes, device, link)
+    loads = [fetch_time_s(-(-tokens // block_size), block_bytes, device, link)
              for tokens in (savings.prefix_hit_tokens, savings.blended_tokens)]
     return max(0.0, prefix_s - loads[0]) + max(0.0, blend_s - loads[1])

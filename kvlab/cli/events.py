@@ -153,7 +153,7 @@ def run_events(args: argparse.Namespace) -> int:
     if args.events_command == "write":
         write_description(args.from_json, args.out, layout=args.layout)
         return 0
-    report = replay_event_file(args.file, backend=args.backend, block_size_tokens=args.block_size,
+    report = replay_event_file(args.file, backend=args.backend, block_size=args.block_size,
                                initial_seq=args.initial_seq, namespace=args.namespace, flush=args.flush)
     print(json.dumps(report) if args.json else format_report(report, args.file))
     missed = not_indexed(report)
@@ -213,7 +213,7 @@ def _index(backend: str, namespace: str | None, flush: bool) -> Index:
     return index
 
 
-def replay_event_file(path: str | Path, *, backend: str = "memory", block_size_tokens: int = 16,
+def replay_event_file(path: str | Path, *, backend: str = "memory", block_size: int = 16,
                       initial_seq: int | None = None, namespace: str | None = None, flush: bool = False) -> dict:
     """Apply an event file to an index in arrival order; the ``--json`` report.
 
@@ -224,7 +224,7 @@ def replay_event_file(path: str | Path, *, backend: str = "memory", block_size_t
         path: the event file.
         backend: ``"memory"`` (:class:`~kvlab.index.memory.InMemoryIndex`) or a Redis URL
             (:class:`~kvlab.index.redis_index.RedisIndex`).
-        block_size_tokens: llm-d's canonical block size.
+        block_size: llm-d's canonical block size.
         initial_seq: passed to :class:`~kvlab.index.ingest.EventIngestor`.
         namespace: the Redis index's key prefix (``None``: ``""``, llm-d's); Redis only.
         flush: delete the namespace's index keys (:meth:`RedisIndex.flush`) after the
@@ -255,7 +255,7 @@ def replay_event_file(path: str | Path, *, backend: str = "memory", block_size_t
         raise ValueError(f"cannot read {path}: {err.strerror}") from None
     index = _index(backend, namespace, flush)
     try:
-        ingestor = EventIngestor(index, block_size_tokens=block_size_tokens, initial_seq=initial_seq)
+        ingestor = EventIngestor(index, block_size=block_size, initial_seq=initial_seq)
         errors: list[dict] = []
         for i, frames in enumerate(messages):
             if is_end_of_replay(frames):

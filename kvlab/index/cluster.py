@@ -10,7 +10,7 @@ Every routing decision is checked against the pods' real cache state (their bloc
 a choice is *wrong* when another pod really held a longer prefix of the request.
 
 Requests need token ids (the index hashes tokens, rule L18): :func:`trace_token_ids` makes
-them from a trace's block keys (one block key → ``block_size_tokens`` tokens, the same
+them from a trace's block keys (one block key → ``block_size`` tokens, the same
 tokens for the same key, so prefix sharing is kept).
 """
 
@@ -42,10 +42,10 @@ _MIX = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
 
 
-def _block_tokens(key: int, block_size_tokens: int) -> np.ndarray:
-    """``block_size_tokens`` token ids (< 2**31) derived from a block key by splitmix64."""
-    out = np.empty(block_size_tokens, dtype=np.uint32)
-    for j in range(block_size_tokens):
+def _block_tokens(key: int, block_size: int) -> np.ndarray:
+    """``block_size`` token ids (< 2**31) derived from a block key by splitmix64."""
+    out = np.empty(block_size, dtype=np.uint32)
+    for j in range(block_size):
         z = (key + (j + 1) * _MIX) & _MASK
         z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
         z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
@@ -53,15 +53,15 @@ def _block_tokens(key: int, block_size_tokens: int) -> np.ndarray:
     return out
 
 
-def trace_token_ids(trace: Trace, block_size_tokens: int = 16) -> list[np.ndarray]:
+def trace_token_ids(trace: Trace, block_size: int = 16) -> list[np.ndarray]:
     """Token ids for each request of ``trace``: its full blocks, each block key expanded to
-    ``block_size_tokens`` tokens (``uint32``), the same tokens for the same key.
+    ``block_size`` tokens (``uint32``), the same tokens for the same key.
 
     A trace of chained keys (Mooncake's hash ids) keeps its prefix sharing exactly; the
-    prompt is rescaled to ``block_size_tokens`` tokens per trace block.
+    prompt is rescaled to ``block_size`` tokens per trace block.
 
     Raises:
-        ValueError: not a Trace, or ``block_size_tokens`` not an integer >= 1.
+        ValueError: not a Trace, or ``block_size`` not an integer >= 1.
 
     Example:
         >>> from kvlab.traces import load_trace
@@ -71,12 +71,12 @@ def trace_token_ids(trace: Trace, block_size_tokens: int = 16) -> list[np.ndarra
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
-    block_size_tokens = check_positive("block_size_tokens", block_size_tokens)
+    block_size = check_positive("block_size", block_size)
     cache: dict[int, np.ndarray] = {}
     out = []
     size = trace.block_size
     for keys, n in zip(trace.frame["block_keys"].to_list(), trace.frame["input_tokens"].to_list()):
-        blocks = [cache.setdefault(k, _block_tokens(k, block_size_tokens)) for k in keys[: n // size]]
+        blocks = [cache.setdefault(k, _block_tokens(k, block_size)) for k in keys[: n // size]]
         out.append(np.concatenate(blocks) if blocks else np.empty(0, dtype=np.uint32))
     return out
 
@@ -100,7 +100,7 @@ class RouteConfig:
     Attributes:
         n_pods: pods ``pod-0 .. pod-{n-1}`` (≥ 1).
         capacity_blocks: usable GPU blocks per pod (≥ 1).
-        block_size_tokens: tokens per block, engine and index alike (≥ 1).
+        block_size: tokens per block, engine and index alike (≥ 1).
         scorer: the routing rule (``None``: llm-d's :class:`~kvlab.index.scorers.LongestPrefixScorer`).
         faults: what happens to KV events on the way to the index (``None``: delivered at once).
         seed: the router's tie-breaking seed (≥ 0).
@@ -116,13 +116,13 @@ class RouteConfig:
 
     n_pods: int = 2
     capacity_blocks: int = 1_000
-    block_size_tokens: int = 16
+    block_size: int = 16
     scorer: Scorer | None = None
     faults: FaultInjector | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("n_pods", "capacity_blocks", "block_size_tokens"):
+        for name in ("n_pods", "capacity_blocks", "block_size"):
             object.__setattr__(self, name, check_positive(name, getattr(self, name)))
         object.__setattr__(self, "seed", check_count("seed", self.seed))
         if self.scorer is None:
@@ -135,7 +135,7 @@ class RouteConfig:
     def to_dict(self) -> dict[str, object]:
         """The configuration as JSON types; the scorer and the fault injector as their type and options."""
         return {"n_pods": self.n_pods, "capacity_blocks": self.capacity_blocks,
-                "block_size_tokens": self.block_size_tokens, "scorer": _options(self.scorer),
+                "block_size": self.block_size, "scorer": _options(self.scorer),
                 "faults": None if self.faults is None else _options(self.faults), "seed": self.seed}
 
 
@@ -176,7 +176,7 @@ class RouteSummary(RunSummary):
     messages: int
 
 
-def route_requests(trace: Trace, *, n_pods: int = 2, capacity_blocks: int = 1_000, block_size_tokens: int = 16,
+def route_requests(trace: Trace, *, n_pods: int = 2, capacity_blocks: int = 1_000, block_size: int = 16,
                    scorer: Scorer | None = None, faults: FaultInjector | None = None, seed: int = 0) -> RunResult:
     """Route ``trace``'s requests over ``n_pods`` pods by a global index fed through ``faults``.
 
@@ -186,11 +186,11 @@ def route_requests(trace: Trace, *, n_pods: int = 2, capacity_blocks: int = 1_00
     events go to the fault injector (one message per request, seq per pod). The truth
     is read from the pods' block pools. Engine block size = the index's canonical block
     size. A request's prompt is the trace's ``token_ids`` when it has them, else
-    :func:`trace_token_ids` (each trace block → ``block_size_tokens`` tokens).
+    :func:`trace_token_ids` (each trace block → ``block_size`` tokens).
 
     Args:
         trace: the requests (``request_id``, ``arrival_s`` and the prompts).
-        n_pods, capacity_blocks, block_size_tokens, scorer, faults, seed: as
+        n_pods, capacity_blocks, block_size, scorer, faults, seed: as
             :class:`RouteConfig`. ``faults`` is called once per message, so its ``swap_p``
             (pairs of deliveries) has no effect here.
 
@@ -213,15 +213,15 @@ def route_requests(trace: Trace, *, n_pods: int = 2, capacity_blocks: int = 1_00
 
     Example:
         >>> from kvlab.traces import load_trace
-        >>> result = route_requests(load_trace("conversation").head(40), block_size_tokens=4)
+        >>> result = route_requests(load_trace("conversation").head(40), block_size=4)
         >>> result.requests.height, int(result.requests["wrong"].sum()), result.summary.wrong_share
         (40, 0, 0.0)
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
-    config = RouteConfig(n_pods=n_pods, capacity_blocks=capacity_blocks, block_size_tokens=block_size_tokens,
+    config = RouteConfig(n_pods=n_pods, capacity_blocks=capacity_blocks, block_size=block_size,
                          scorer=scorer, faults=faults, seed=seed)
-    size = config.block_size_tokens
+    size = config.block_size
     token_ids = ([np.asarray(t, dtype=np.uint32) for t in trace.frame["token_ids"].to_list()]
                  if "token_ids" in trace.frame.columns else trace_token_ids(trace, size))
     pods = [f"pod-{i}" for i in range(config.n_pods)]
@@ -231,7 +231,7 @@ def route_requests(trace: Trace, *, n_pods: int = 2, capacity_blocks: int = 1_00
         pool = BlockPool(config.capacity_blocks + 1, block_size=size, enable_kv_cache_events=True)
         managers[pod] = KVCacheManager(pool, block_size=size)
     index = InMemoryIndex()
-    ingestor = EventIngestor(index, block_size_tokens=size)
+    ingestor = EventIngestor(index, block_size=size)
     pending: list[tuple[float, int, Delivery]] = []
     seqs = dict.fromkeys(pods, 0)
     rng = np.random.default_rng(config.seed)
@@ -287,7 +287,7 @@ def _timeline(requests: pl.DataFrame, pods: list[str], used: dict[str, list[int]
     """One tier per pod: its cached blocks, capacity, and the hits and misses it served."""
     step, time_s = np.arange(requests.height), requests["arrival_s"].to_numpy()
     hits = requests["hit_blocks"].to_numpy()
-    misses = -(-requests["input_tokens"].to_numpy() // config.block_size_tokens) - hits
+    misses = -(-requests["input_tokens"].to_numpy() // config.block_size) - hits
     chosen = requests["pod"].to_numpy()
     return pl.concat([timeline_frame(step, time_s, pod, {
         "used_blocks": used[pod], "capacity_blocks": np.full(requests.height, config.capacity_blocks),

@@ -163,7 +163,7 @@ class EventIngestor:
 
     Args:
         index: the index to feed.
-        block_size_tokens: llm-d's canonical block size (``BlockSizeTokens``, default 16).
+        block_size: llm-d's canonical block size (``BlockSizeTokens``, default 16).
         hash_seed: llm-d ``HashSeed`` (default ``""``).
         model_name: the model salted into the chain root when the caller gives none
             (:meth:`ingest` takes it from the topic).
@@ -187,7 +187,7 @@ class EventIngestor:
     Example:
         >>> from kvlab.index.memory import InMemoryIndex
         >>> index = InMemoryIndex()
-        >>> ingestor = EventIngestor(index, block_size_tokens=4)
+        >>> ingestor = EventIngestor(index, block_size=4)
         >>> stored = BlockStored([11, 12], None, list(range(8)), 4, None, "GPU", None)
         >>> ingestor.ingest_batch("pod-a", 0, EventBatch(0.0, [stored]))
         'applied'
@@ -199,19 +199,19 @@ class EventIngestor:
         (1, [SeqGap(pod='pod-a', expected_seq=1, got_seq=2, data_parallel_rank=None)])
     """
 
-    def __init__(self, index: Index, *, block_size_tokens: int | None = None, hash_seed: str | None = None,
+    def __init__(self, index: Index, *, block_size: int | None = None, hash_seed: str | None = None,
                  model_name: str | None = None, hasher: LlmdHasher | None = None,
                  on_gap: Callable[[str, int, int], object] | None = None, use_groups: bool = True,
                  initial_seq: int | None = None) -> None:
         if not isinstance(index, Index):
             raise ValueError(f"index must be a kvlab.index.Index, got {type(index).__name__}")
         if hasher is None:
-            hasher = LlmdHasher(block_size=16 if block_size_tokens is None else block_size_tokens,
+            hasher = LlmdHasher(block_size=16 if block_size is None else block_size,
                                 hash_seed=hash_seed or "", model_name=model_name or "")
         elif not isinstance(hasher, LlmdHasher):
             raise ValueError(f"hasher must be an LlmdHasher, got {type(hasher).__name__}")
-        elif (block_size_tokens, hash_seed, model_name) != (None, None, None):
-            raise ValueError("give either hasher or block_size_tokens / hash_seed / model_name, not both")
+        elif (block_size, hash_seed, model_name) != (None, None, None):
+            raise ValueError("give either hasher or block_size / hash_seed / model_name, not both")
         if on_gap is not None and not callable(on_gap):
             raise ValueError(f"on_gap must be callable or None, got {on_gap!r}")
         use_groups = check_flag("use_groups", use_groups)
@@ -224,7 +224,7 @@ class EventIngestor:
         self._publishers: dict[tuple[str, int | None], _Publisher] = {}
 
     @property
-    def block_size_tokens(self) -> int:
+    def block_size(self) -> int:
         """The canonical block size (tokens per request key)."""
         return self.hasher.block_size
 
@@ -364,14 +364,14 @@ class EventIngestor:
 
     def _mapped_engine_keys(self, engine_keys: list[int], n_request: int, engine_block: int) -> list[int]:
         """The engine keys whose blocks lie inside the ``n_request`` full canonical blocks."""
-        canonical = self.block_size_tokens
+        canonical = self.block_size
         if canonical % engine_block == 0:
             kept = n_request * (canonical // engine_block)
             self.stats.unmapped_engine_keys += len(engine_keys) - kept
             return engine_keys[:kept]
         if engine_block % canonical == 0:
             return engine_keys
-        raise ValueError(f"BlockStored.block_size {engine_block} and the canonical block_size_tokens {canonical} "
+        raise ValueError(f"BlockStored.block_size {engine_block} and the canonical block_size {canonical} "
                          f"are not multiples of one another; its engine keys cannot be mapped to request keys")
 
     def _tier_update(self, engine_keys: list[int], entry: PodEntry) -> str:

@@ -44,8 +44,8 @@ class StreamReplay:
         >>> from kvlab.index.faults import FaultInjector
         >>> stored = BlockStored([101], None, [1, 2, 3, 4], 4, None, "GPU", None)
         >>> deliveries = FaultInjector(delay_s=5.0).inject([(0.0, "pod-a", 0, EventBatch(0.0, [stored]))])
-        >>> query = EventIngestor(InMemoryIndex(), block_size_tokens=4).hasher.block_keys([1, 2, 3, 4])
-        >>> run = replay_stream(deliveries, query, ["pod-a", "pod-b"], [0.0, 5.0], block_size_tokens=4)
+        >>> query = EventIngestor(InMemoryIndex(), block_size=4).hasher.block_keys([1, 2, 3, 4])
+        >>> run = replay_stream(deliveries, query, ["pod-a", "pod-b"], [0.0, 5.0], block_size=4)
         >>> run.scores.filter("picked")["pod"].to_list()[1:], run.scores["score"].to_list()
         (['pod-a'], [0.0, 0.0, 1.0, 0.0])
     """
@@ -77,7 +77,7 @@ class StreamReplay:
 
 
 def replay_stream(deliveries: Sequence[Delivery], query_keys: Sequence[int], pods: Sequence[str],
-                  step_s: Sequence[float], *, scorer: Scorer | None = None, block_size_tokens: int = 16,
+                  step_s: Sequence[float], *, scorer: Scorer | None = None, block_size: int = 16,
                   seed: int = 0) -> StreamReplay:
     """Score ``query_keys`` on ``pods`` after each step's deliveries reach a fresh index.
 
@@ -91,7 +91,7 @@ def replay_stream(deliveries: Sequence[Delivery], query_keys: Sequence[int], pod
         pods: the routable pods, each once.
         step_s: the steps' times, seconds, non-decreasing.
         scorer: the routing rule (default llm-d's :class:`~kvlab.index.scorers.LongestPrefixScorer`).
-        block_size_tokens: the ingestor's block size (≥ 1).
+        block_size: the ingestor's block size (≥ 1).
         seed: the router's tie-breaking seed (≥ 0).
 
     Returns:
@@ -106,8 +106,8 @@ def replay_stream(deliveries: Sequence[Delivery], query_keys: Sequence[int], pod
         raise ValueError(f"scorer must be a kvlab.index Scorer, got {type(scorer).__name__}")
     pods = check_pod_list(pods)
     times = [check_real(f"step_s[{i}]", t) for i, t in enumerate(step_s)]
-    ingestor = EventIngestor(InMemoryIndex(), block_size_tokens=check_positive("block_size_tokens",
-                                                                                  block_size_tokens))
+    ingestor = EventIngestor(InMemoryIndex(), block_size=check_positive("block_size",
+                                                                                  block_size))
     replay = DeliveryReplay(ingestor, deliveries)
     rng = np.random.default_rng(check_count("seed", seed))
     rows = []

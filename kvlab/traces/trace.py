@@ -35,7 +35,7 @@ class TraceStats:
     """
 
     source: str
-    block_size_tokens: int
+    block_size: int
     requests: int
     time_span_s: float
     input_tokens_min: int
@@ -56,7 +56,7 @@ class TraceStats:
     def __str__(self) -> str:
         rows = [
             ("source", self.source),
-            ("block size", f"{self.block_size_tokens} tokens"),
+            ("block size", f"{self.block_size} tokens"),
             ("requests", f"{self.requests:,}"),
             ("time span", f"{self.time_span_s:,.3f} s"),
             ("input tokens min/mean/max",
@@ -186,7 +186,7 @@ class Trace:
         span = float(f["arrival_s"].max() - f["arrival_s"].min())
         blocks = self.flat.blocks_per_request()
         return TraceStats(
-            source=self.source, block_size_tokens=self.block_size, requests=f.height,
+            source=self.source, block_size=self.block_size, requests=f.height,
             time_span_s=span,
             input_tokens_min=int(stat("input_tokens", "min")),
             input_tokens_mean=float(stat("input_tokens", "mean")),
