@@ -32,7 +32,7 @@ def test_readme_python_example_runs(capsys) -> None:
     lru = namespace["lru_curve"].filter(namespace["lru_curve"]["capacity_blocks"] == 2_000)
     assert lru["hit_blocks"].to_list() == grid.filter(grid["policy"] == "lru")["hit_blocks"].to_list()[:1]
     assert lru.height == 1
-    assert namespace["tiered"].summary["tier_hit_blocks"] == {"GPU": 15665, "CPU": 45381}
-    assert namespace["tiered"].summary["hit_blocks"] == 61046  # = one LRU of 10,000 blocks (README table)
+    assert namespace["tiered"].summary.tier_hit_blocks == {"GPU": 15665, "CPU": 45381}
+    assert namespace["tiered"].summary.hit_blocks == 61046  # = one LRU of 10,000 blocks (README table)
     assert len(namespace["keys"]) == 3 and namespace["index"].pod_tier_counts() == {"pod-a": {"gpu": 2}}
 

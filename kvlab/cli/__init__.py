@@ -205,19 +205,20 @@ def cmd_replay_tiered(args: argparse.Namespace, trace: object) -> None:
     result = replay_tiered(trace, args.tier, write_policy=args.write_policy or "write_back",
                            promote=not args.no_promote,
                            touch_order=args.touch_order, warmup_fraction=args.warmup_fraction)
+    summary = result.summary.to_dict()
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         result.requests.write_parquet(args.out / "requests.parquet")
         result.tier_counters.write_csv(args.out / "tier_counters.csv")
-        (args.out / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         if not args.json:
             print(f"wrote {args.out}/ (requests.parquet, tier_counters.csv, summary.json)")
     if args.json:
-        print(json.dumps(result.summary))
+        print(json.dumps(summary))
         return
-    s = result.summary
-    print(f"tiered replay ({s['write_policy']}, promote={s['promote']}, {s['touch_order']}): {s['requests']:,} "
-          f"requests, block hit ratio {s['block_hit_ratio']:.4f}, token hit ratio {s['token_hit_ratio']:.4f}")
+    s, c = result.summary, result.config
+    print(f"tiered replay ({c.write_policy}, promote={c.promote}, {c.touch_order}): {s.requests:,} "
+          f"requests, block hit ratio {s.block_hit_ratio:.4f}, token hit ratio {s.token_hit_ratio:.4f}")
     print(f"{'tier':<10}{'capacity':>12}{'policy':>10}{'hit blocks':>12}{'written':>10}{'evicted':>10}"
           f"{'demoted':>10}{'promoted':>10}")
     for row in result.tier_counters.iter_rows(named=True):
