@@ -13,6 +13,8 @@ piece                                  what it cares about         in → out
 :class:`TieredStore`                  tiers, write policy, pins   requests → hit tiers, moves, counters, events
 :func:`replay_tiered`                  a trace through tiers       numba driver (a policy state per tier) or the
                                                                    store → :class:`TieredReplayResult`
+:class:`TieredConfig`                  a tiered configuration      :class:`TierSpec` per tier, write policy …
+                                                                   (checked on construction)
 :class:`Tier`                          one tier                    capacity + policy plug-in + pins + counters
 :class:`TierEvent`                     what a store publishes      state changes → vLLM KV events (``medium``)
 =====================================  ==========================  ==============================================

@@ -21,8 +21,8 @@ never evicting, cannot take a block: under write-back a block spills past it to 
 tier that can.
 
 The tuple is indexed by constants only (its states may differ in type): a hook of tier ``t``
-is an if-chain over the tiers calling :func:`tier_op`, compiled once per state type. Per
-request the driver writes only the hit blocks per tier; the resident blocks per tier
+is an if-chain over the tiers (:func:`tier_call`) calling that hook compiled for the tier's
+state type, once per type. Per request the driver writes only the hit blocks per tier; the resident blocks per tier
 are logged where they change (:func:`record_used`: once the tiers are full, seldom), and
 :func:`request_columns` builds the frame's columns in one pass.
 """
@@ -30,7 +30,7 @@ are logged where they change (:func:`record_used`: once the tiers are full, seld
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 from numba.extending import overload
 
 from kvlab.policies.base import kernel_evict, kernel_insert, kernel_remove, kernel_touch
@@ -49,40 +49,57 @@ _FIRST_TIER = np.array([(m & -m).bit_length() - 1 if m else MAX_TIERS for m in r
 
 # ---------------------------------------------------------------- one hook of tier t
 
-#: Operations of :func:`tier_op`: the four tier hooks of :mod:`kvlab.policies.base`.
+#: Operations of :func:`tier_call`: the four tier hooks of :mod:`kvlab.policies.base`.
 TOUCH, INSERT, EVICT, REMOVE = 0, 1, 2, 3
 
 
 @njit(_nrt=False)
-def tier_op(state, op, block_id):  # noqa: ANN001, ANN201 - numba: any state with the tier hooks
-    """One tier hook on one policy state: ``op`` :data:`TOUCH`, :data:`INSERT` (returns 0),
-    :data:`EVICT` (returns the victim, ``-1`` if none) or :data:`REMOVE` (returns 1 if the
-    block was resident, else 0). Compiled once per state type, the hooks inlined, and
-    reused by every tuple of tiers holding that type."""
-    if op == TOUCH:
-        kernel_touch(state, block_id)
-        return 0
-    if op == INSERT:
-        kernel_insert(state, block_id)
-        return 0
-    if op == EVICT:
-        return kernel_evict(state)
+def hook_touch(state, block_id):  # noqa: ANN001, ANN201 - numba: any state with the tier hooks
+    """The ``touch`` hook of ``state`` (returns 0)."""
+    kernel_touch(state, block_id)
+    return 0
+
+
+@njit(_nrt=False)
+def hook_insert(state, block_id):  # noqa: ANN001, ANN201
+    """The ``insert`` hook of ``state`` (returns 0)."""
+    kernel_insert(state, block_id)
+    return 0
+
+
+@njit(_nrt=False)
+def hook_evict(state, block_id):  # noqa: ANN001, ANN201, ARG001
+    """The ``evict`` hook of ``state``: the victim, ``-1`` if nothing is resident."""
+    return kernel_evict(state)
+
+
+@njit(_nrt=False)
+def hook_remove(state, block_id):  # noqa: ANN001, ANN201
+    """The ``remove`` hook of ``state``: 1 if the block was resident, else 0."""
     return 1 if kernel_remove(state, block_id) else 0
 
 
+_HOOKS = (hook_touch, hook_insert, hook_evict, hook_remove)
+
+
 def tier_call(states: tuple, t: int, op: int, block_id: int) -> int:
-    """:func:`tier_op` on tier ``t``'s state (the tuple's states may differ in type)."""
-    return tier_op(states[t], op, block_id)
+    """The tier hook ``op`` (a constant: :data:`TOUCH`, :data:`INSERT`, :data:`EVICT`,
+    :data:`REMOVE`) of tier ``t``'s state, through :func:`hook_touch` ...: each is compiled
+    once per state type (the policy's hook inlined) and reused by every tuple of tiers that
+    holds that type; LLVM inlines them into the driver."""
+    return _HOOKS[op](states[t], block_id)
 
 
-@overload(tier_call, jit_options={"_nrt": False})
+@overload(tier_call, inline="always")
 def _tier_call(states, t, op, block_id):  # noqa: ANN001, ANN202 - numba typing signature
     # a tuple of states of different types is indexed by constants only: an if-chain over them
+    if not isinstance(op, types.IntegerLiteral):
+        return None
     lines = ["def impl(states, t, op, block_id):"]
     for i in range(len(states)):
-        lines += [f"    {'if' if i == 0 else 'elif'} t == {i}:", f"        return tier_op(states[{i}], op, block_id)"]
+        lines += [f"    {'if' if i == 0 else 'elif'} t == {i}:", f"        return hook(states[{i}], block_id)"]
     lines.append("    return -1")
-    scope = {"tier_op": tier_op}
+    scope = {"hook": _HOOKS[op.literal_value]}
     exec("\n".join(lines), scope)  # noqa: S102 - generated from constants
     return scope["impl"]
 

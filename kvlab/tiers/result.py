@@ -177,8 +177,10 @@ def _timeline(trace: Trace, config: TieredConfig, used_log: np.ndarray) -> pl.Da
     n = len(trace)
     if n == 0:
         return timeline_frame([], [], "", {})
-    changes = used_log[:, 0]
-    steps = np.unique(np.concatenate([changes, changes[1:] - 1, [n - 1]]))
+    changes = used_log[:, 0].astype(np.int64)
+    pairs = np.column_stack((np.concatenate([changes[:1], changes[1:] - 1]), changes)).ravel()  # sorted
+    steps = np.append(pairs, n - 1)
+    steps = steps[np.concatenate([[True], np.diff(steps) > 0])]
     rows = np.searchsorted(changes, steps, side="right") - 1
     time_s = trace.frame["arrival_s"].to_numpy()[steps]
     return pl.concat([timeline_frame(steps, time_s, spec.name, {"used_blocks": used_log[rows, t + 1]})
