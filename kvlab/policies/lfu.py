@@ -199,7 +199,6 @@ def contains(state, block_id):  # noqa: ANN001 - numba hook
 def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - numba hook
     prev, nxt, count, group_tail, counters = state.prev, state.next, state.count, state.group_tail, \
         state.counters
-    sentinel = count.shape[0]
     used, capacity = counters[0], counters[1]
     n_evicted = 0
     for j in range(stop - start):

@@ -44,7 +44,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from kvlab.core.validate import check_count
+from kvlab.core.validate import check_count, check_int, check_real
 from kvlab.policies.base import PolicySpec, register_kernel
 from kvlab.policies.structs import list_pop_front, list_push_back, list_unlink, make_lists
 from kvlab.traces.flat import FlatTrace
@@ -58,22 +58,21 @@ def queue_sizes(capacity_blocks: int, small_size_ratio: float = 0.1, ghost_size_
     them (``int(capacity * ratio)``), except that the small queue gets at least 1 block.
 
     Raises:
-        ValueError: a ratio outside ``(0, 1)`` / ``[0, 10]``, or a threshold not in 1..3.
+        ValueError: a ratio outside ``(0, 1)`` / ``[0, 10]``, or a threshold not in 1..3 (names it).
 
     Example:
         >>> queue_sizes(100), queue_sizes(25), queue_sizes(5)
         ((10, 90, 90), (2, 23, 22), (1, 4, 4))
     """
-    def number(x: object) -> bool:
-        return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
-
-    if not (number(small_size_ratio) and 0 < small_size_ratio < 1):
-        raise ValueError(f"small_size_ratio must be a number in (0, 1), got {small_size_ratio!r}")
-    if not (number(ghost_size_ratio) and 0 <= ghost_size_ratio <= 10):
-        raise ValueError(f"ghost_size_ratio must be a number in [0, 10], got {ghost_size_ratio!r}")
-    if not (isinstance(move_to_main_threshold, (int, np.integer)) and not isinstance(move_to_main_threshold, bool)
-            and 1 <= move_to_main_threshold <= 3):
-        raise ValueError(f"move_to_main_threshold must be 1, 2 or 3, got {move_to_main_threshold!r}")
+    ratio = small_size_ratio
+    try:
+        small_size_ratio = check_real("small_size_ratio", ratio, low=0.0, high=1.0, low_open=True)
+    except ValueError:
+        small_size_ratio = 1.0
+    if small_size_ratio == 1.0:  # an open interval: main gets something
+        raise ValueError(f"small_size_ratio must be a finite number in (0.0, 1.0), got {ratio!r}")
+    ghost_size_ratio = check_real("ghost_size_ratio", ghost_size_ratio, low=0.0, high=10.0)
+    check_int("move_to_main_threshold", move_to_main_threshold, low=1, high=3)
     small = max(int(capacity_blocks * small_size_ratio), 1) if capacity_blocks > 0 else 0
     return small, capacity_blocks - small, int(capacity_blocks * ghost_size_ratio)
 
