@@ -172,7 +172,7 @@ def test_replay_with_tiers_json(capsys) -> None:
     assert code == 0
     summary = json.loads(out)
     assert summary["tier_hit_blocks"] == {"GPU": 15665, "CPU": 45381}  # = one LRU of 10,000 blocks
-    assert summary["hit_blocks"] == 61046 and summary["write_policy"] == "write_back"
+    assert summary["hit_blocks"] == 61046 and summary["config"]["write_policy"] == "write_back"
 
 
 def test_replay_with_tiers_table_and_policies(capsys, tmp_path) -> None:

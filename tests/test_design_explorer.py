@@ -41,7 +41,7 @@ def test_exclusive_split_matches_one_lru(small) -> None:
     """Write-back with promotion: the tiers' hits add up to one LRU of the summed blocks."""
     panel = DesignExplorer(small, debounce_s=0)
     total = sum(panel.capacity_blocks())
-    assert panel.result.summary["hit_blocks"] == replay(small, capacity_blocks=total).summary.hit_blocks
+    assert panel.result.summary.hit_blocks == replay(small, capacity_blocks=total).summary.hit_blocks
     assert "GPU" in panel.summary.value and "est. TTFT saved" in panel.summary.value
 
 
@@ -50,14 +50,15 @@ def test_every_control_recomputes(small) -> None:
     panel.n_tiers.value = 3
     assert panel.result.tier_names == ["GPU", "CPU", "NVMe"]
     panel.write_policy.value = "write_through"
-    assert panel.result.summary["write_policy"] == "write_through"
+    assert panel.result.config.write_policy == "write_through"
     panel.policy[1].value = "none"
-    assert panel.result.engine == "reference" and panel.result.tier_counters["policy"].to_list()[1] is None
-    panel.policy[1].value = "lru"
+    assert panel.result.engine == "kernel" and panel.result.tier_counters["policy"].to_list()[1] is None
+    panel.policy[1].value = "s3fifo"
+    assert [t.policy for t in panel.result.summary.tiers] == ["lru", "s3fifo", "lru"]
     panel.promote.value = False
-    assert panel.result.summary["promote"] is False
+    assert panel.result.config.promote is False
     panel.chunk.value = 2
-    assert panel.block_size_tokens == 1024 and panel.result.summary["block_refs"] == small.rechunk(2).block_refs
+    assert panel.block_size_tokens == 1024 and panel.result.summary.block_refs == small.rechunk(2).block_refs
     panel.model.value = "Llama-3.1-70B"
     assert panel.block_bytes == 2 * 320 * 1024 * 512  # 320 KiB per token, 1,024-token blocks
     expected = replay_tiered(small.rechunk(2), panel.tiers(), write_policy="write_through", promote=False)
@@ -76,7 +77,7 @@ def test_moved_bytes_and_ttft_saved(small) -> None:
     full = panel.ttft_saved_s()
     panel.capacity_gib[0].value = 1 / 16
     panel.capacity_gib[1].value = 1 / 16  # one block each: only the shared first block still hits
-    assert panel.result.summary["tier_hit_blocks"] == {"GPU": 1999, "CPU": 0}
+    assert panel.result.summary.tier_hit_blocks == {"GPU": 1999, "CPU": 0}
     assert 0 < panel.ttft_saved_s() < full
 
 
@@ -98,5 +99,5 @@ def test_bad_arguments(small) -> None:
     assert DesignExplorer(small, gpu="h100-sxm", debounce_s=0).gpu_flops == 989.5e12
     with pytest.raises(ValueError, match=r"TPU"):
         DesignExplorer(small, gpu="TPU")
-    with pytest.raises(ValueError, match="debounce_s must be a number >= 0"):
+    with pytest.raises(ValueError, match="debounce_s must be a finite number >= 0.0, got -1"):
         DesignExplorer(small, debounce_s=-1)

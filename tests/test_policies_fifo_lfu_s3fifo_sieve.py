@@ -100,11 +100,12 @@ def test_s3fifo_queue_sizes(capacity: int, sizes: tuple[int, int, int]) -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"small_size_ratio": 0.0}, "small_size_ratio must be a number in (0, 1), got 0.0"),
-    ({"small_size_ratio": 1}, "small_size_ratio must be a number in (0, 1), got 1"),
-    ({"ghost_size_ratio": -0.5}, "ghost_size_ratio must be a number in [0, 10], got -0.5"),
-    ({"move_to_main_threshold": 4}, "move_to_main_threshold must be 1, 2 or 3, got 4"),
-    ({"move_to_main_threshold": True}, "move_to_main_threshold must be 1, 2 or 3, got True"),
+    ({"small_size_ratio": 0.0}, "small_size_ratio must be a finite number in (0.0, 1.0), got 0.0"),
+    ({"small_size_ratio": 1}, "small_size_ratio must be a finite number in (0.0, 1.0), got 1"),
+    ({"small_size_ratio": "0.1"}, "small_size_ratio must be a finite number in (0.0, 1.0), got '0.1'"),
+    ({"ghost_size_ratio": -0.5}, "ghost_size_ratio must be a finite number in [0.0, 10.0], got -0.5"),
+    ({"move_to_main_threshold": 4}, "move_to_main_threshold must be an integer in [1, 3], got 4"),
+    ({"move_to_main_threshold": True}, "move_to_main_threshold must be an integer in [1, 3], got True"),
 ])
 def test_s3fifo_rejects_bad_parameters(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):

@@ -59,7 +59,7 @@ def test_tier_example_prints_the_tier_hits(readme_run) -> None:
     namespace, printed = readme_run
     assert output_of(printed, "replay_tiered(trace") == ["{'GPU': 15665, 'CPU': 45381}",
                                                          "64.0 MiB per 512-token block"]
-    assert namespace["tiered"].summary["hit_blocks"] == 61046  # = one LRU of 10,000 blocks (README table)
+    assert namespace["tiered"].summary.hit_blocks == 61046  # = one LRU of 10,000 blocks (README table)
 
 
 def test_index_example_prints_applied_and_the_score(readme_run) -> None:

@@ -186,7 +186,7 @@ def test_selective_write_through_copies_after_two_uses() -> None:
     ({"tiers": [("GPU", 1)], "walk": "random"}, "walk must be one of"),
     ({"tiers": [("GPU", -1)]}, "capacity_blocks must be an integer >= 0"),
     ({"tiers": [("GPU", 4, "mru")]}, "unknown policy 'mru'"),
-    ({"tiers": [("", 4)]}, "tier name must be a non-empty string"),
+    ({"tiers": [("", 4)]}, "tier name must be a non-empty str, got ''"),
     ({"tiers": [("GPU", 4, "belady")]}, "reads the whole trace and cannot run in a tier"),
     ({"tiers": [("GPU", 4)], "selective_hits": 0}, "selective_hits must be an integer >= 1"),
 ])

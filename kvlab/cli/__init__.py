@@ -227,9 +227,9 @@ def cmd_replay_tiered(args: argparse.Namespace, trace: object) -> None:
     if args.json:
         print(summary_json(result.summary))
         return
-    s = result.summary
-    print(f"tiered replay ({s['write_policy']}, promote={s['promote']}, {s['touch_order']}): {s['requests']:,} "
-          f"requests, block hit ratio {s['block_hit_ratio']:.4f}, token hit ratio {s['token_hit_ratio']:.4f}")
+    s, c = result.summary, result.config
+    print(f"tiered replay ({c.write_policy}, promote={c.promote}, {c.touch_order}): {s.requests:,} "
+          f"requests, block hit ratio {s.block_hit_ratio:.4f}, token hit ratio {s.token_hit_ratio:.4f}")
     print(f"{'tier':<10}{'capacity':>12}{'policy':>10}{'hit blocks':>12}{'written':>10}{'evicted':>10}"
           f"{'demoted':>10}{'promoted':>10}")
     for row in result.tier_counters.iter_rows(named=True):

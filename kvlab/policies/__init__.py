@@ -15,7 +15,36 @@ name                evicts                                           models
 ==================  ===============================================  ==========================================
 
 Each policy module holds a readable reference class and numba kernel hooks
-(:mod:`kvlab.policies.base` states the contract) and a ``SPEC`` registered here.
+(:mod:`kvlab.policies.base` states the contract; :mod:`kvlab.policies.structs` holds the
+list and heap the kernels share) and a ``SPEC`` registered here. Every policy but the three
+that read the whole trace (``length_aware``, ``leaf_first_lru``, ``belady``) can also run in a
+tier (:mod:`kvlab.tiers`).
+
+Which "policy" a parameter takes
+--------------------------------
+
+Several of kvlab's parameters choose a rule and are called a policy; only the first row takes
+these plug-ins:
+
+=======================================================  ===================================================
+parameter                                                takes
+=======================================================  ===================================================
+``policy`` of :func:`kvlab.replay` / ``ReplayConfig``,   a name of :data:`POLICIES` (``kvlab sweep
+:func:`kvlab.sweep` (``--policies``), and a tier's       --policies``, ``--tier NAME=BLOCKS:POLICY``); a
+policy (``kvlab.tiers.TierSpec``, ``--tier``)            tier also takes ``None`` / ``"none"``: never evict
+``write_policy`` of :mod:`kvlab.tiers`                   where computed blocks and a tier's victims go:
+(``TieredStore``, ``replay_tiered``,                     ``write_through``, ``write_back``,
+``--write-policy``)                                      ``write_through_selective``
+                                                         (``kvlab.tiers.WRITE_POLICIES``) — not an eviction
+                                                         policy
+``free_order`` of ``ReplayConfig`` (``mode="vllm"``)     vLLM v1's free-queue discipline: ``"current"`` or
+                                                         ``"classic"`` (``kvlab.sim.vllm_kernel.FREE_ORDERS``);
+                                                         the vLLM mode evicts in free-queue order, LRU
+SGLang's radix cache (``kvlab.engines.sglang``)          SGLang's own eviction strategies
+                                                         (``--radix-eviction-policy``, under their upstream
+                                                         names): node scores of a radix tree, not these
+                                                         plug-ins
+=======================================================  ===================================================
 """
 
 from __future__ import annotations

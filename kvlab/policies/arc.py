@@ -13,8 +13,8 @@ empty, dropping it). An unbounded cache never evicts, so it never adapts.
 so the cache can hold ghosts while not full, which the paper's invariants exclude; the
 reference then inserts without REPLACE while it is not full, only trimming the ghost
 lists to their bounds (``|T1| + |B1| ≤ c``, all four ``≤ 2c``). Without ``remove``
-every REPLACE happens in a full cache, so this changes nothing (the kernel has no
-``remove``).
+every REPLACE happens in a full cache, so this changes nothing. The kernel's tier hooks
+(``insert``, ``evict``, ``remove``) follow the reference.
 
 The reference keeps four ``OrderedDict``; the kernel four intrusive doubly linked lists
 over dense block ids sharing one ``prev``/``next`` pair (sentinels ``n_keys + 0..3``),
@@ -42,7 +42,9 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from kvlab.policies.base import PolicySpec, check_capacity, register_kernel
+from kvlab.core.validate import check_count
+from kvlab.policies.base import PolicySpec, register_kernel
+from kvlab.policies.structs import list_pop_front, list_push_back, list_unlink, make_lists
 from kvlab.traces.flat import FlatTrace
 
 
@@ -75,7 +77,7 @@ class ARC:
     """
 
     def __init__(self, capacity_blocks: int | None, *, integral_delta: bool = False) -> None:
-        self.capacity_blocks = check_capacity(capacity_blocks)
+        self.capacity_blocks = check_count("capacity_blocks", capacity_blocks, optional=True)
         self.integral_delta = integral_delta
         self.p = 0.0  # target size of T1
         self._t1: OrderedDict[int, None] = OrderedDict()  # first = least recent
@@ -186,48 +188,24 @@ class ARCState(NamedTuple):
 def make_state(flat: FlatTrace, capacity_blocks: int) -> ARCState:
     """Empty ARC state for ``flat.n_keys`` block ids and the given capacity (blocks)."""
     n = flat.n_keys
-    prev = np.empty(n + 4, dtype=np.int32)
-    nxt = np.empty(n + 4, dtype=np.int32)
-    prev[n:] = nxt[n:] = np.arange(n, n + 4, dtype=np.int32)  # four empty circular lists
+    prev, nxt = make_lists(n, 4)
     return ARCState(prev, nxt, np.zeros(n, dtype=np.int8), np.array([0, 0, 0, 0, capacity_blocks], dtype=np.int64),
                     np.zeros(1, dtype=np.float64))
 
 
 @njit(inline="always")
-def _unlink(prev, nxt, k):  # noqa: ANN001, ANN202 - numba helper
-    nxt[prev[k]] = nxt[k]
-    prev[nxt[k]] = prev[k]
-
-
-@njit(inline="always")
-def _push_mru(prev, nxt, sentinel, k):  # noqa: ANN001, ANN202
-    last = prev[sentinel]
-    nxt[last] = k
-    prev[k] = last
-    nxt[k] = sentinel
-    prev[sentinel] = k
-
-
-@njit(inline="always")
-def _pop_lru(prev, nxt, sentinel):  # noqa: ANN001, ANN202
-    k = nxt[sentinel]
-    nxt[sentinel] = nxt[k]
-    prev[nxt[k]] = sentinel
-    return k
-
-
-@njit(inline="always")
 def _replace(prev, nxt, where, sizes, p, in_b2, n):  # noqa: ANN001, ANN202
+    """The paper's REPLACE: T1's (or, when ``|T1| <= p``, T2's) LRU block to its ghost list."""
     t1 = sizes[0]
-    if t1 >= 1 and (t1 > p or (in_b2 and t1 == p)):
-        victim = _pop_lru(prev, nxt, n)
-        _push_mru(prev, nxt, n + 2, victim)
+    if t1 >= 1 and (t1 > p or (in_b2 and t1 == p) or sizes[1] == 0):
+        victim = list_pop_front(prev, nxt, n)
+        list_push_back(prev, nxt, n + 2, victim)
         where[victim] = 3
         sizes[0] -= 1
         sizes[2] += 1
     else:
-        victim = _pop_lru(prev, nxt, n + 1)
-        _push_mru(prev, nxt, n + 3, victim)
+        victim = list_pop_front(prev, nxt, n + 1)
+        list_push_back(prev, nxt, n + 3, victim)
         where[victim] = 4
         sizes[1] -= 1
         sizes[3] += 1
@@ -249,8 +227,8 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
         x = block_ids[stop - 1 - j] if reverse else block_ids[start + j]
         w = where[x]
         if w == 1 or w == 2:  # case I
-            _unlink(prev, nxt, x)
-            _push_mru(prev, nxt, n + 1, x)
+            list_unlink(prev, nxt, x)
+            list_push_back(prev, nxt, n + 1, x)
             if w == 1:
                 where[x] = 2
                 sizes[0] -= 1
@@ -266,42 +244,96 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
                 p = max(p - (1.0 if b2 >= b1 else b1 / b2), 0.0)
             evicted[n_evicted] = _replace(prev, nxt, where, sizes, p, w == 4, n)
             n_evicted += 1
-            _unlink(prev, nxt, x)
+            list_unlink(prev, nxt, x)
             sizes[w - 1] -= 1
         else:  # case IV
             if sizes[0] + sizes[2] == c:  # case A
                 if sizes[0] < c:
-                    where[_pop_lru(prev, nxt, n + 2)] = 0
+                    where[list_pop_front(prev, nxt, n + 2)] = 0
                     sizes[2] -= 1
                     evicted[n_evicted] = _replace(prev, nxt, where, sizes, p, False, n)
                 else:
-                    victim = _pop_lru(prev, nxt, n)
+                    victim = list_pop_front(prev, nxt, n)
                     where[victim] = 0
                     sizes[0] -= 1
                     evicted[n_evicted] = victim
                 n_evicted += 1
             elif sizes[0] + sizes[1] + sizes[2] + sizes[3] >= c:  # case B
                 if sizes[0] + sizes[1] + sizes[2] + sizes[3] == 2 * c:
-                    where[_pop_lru(prev, nxt, n + 3)] = 0
+                    where[list_pop_front(prev, nxt, n + 3)] = 0
                     sizes[3] -= 1
                 evicted[n_evicted] = _replace(prev, nxt, where, sizes, p, False, n)
                 n_evicted += 1
-            _push_mru(prev, nxt, n, x)
+            list_push_back(prev, nxt, n, x)
             where[x] = 1
             sizes[0] += 1
             continue
-        _push_mru(prev, nxt, n + 1, x)  # cases II and III end in T2
+        list_push_back(prev, nxt, n + 1, x)  # cases II and III end in T2
         where[x] = 2
         sizes[1] += 1
     state.p[0] = p
     return n_evicted
 
 
+def touch(state, block_id):  # noqa: ANN001 - numba hook: case I, to the MRU end of T2
+    n = state.where.shape[0]
+    list_unlink(state.prev, state.next, block_id)
+    list_push_back(state.prev, state.next, n + 1, block_id)
+    if state.where[block_id] == 1:
+        state.where[block_id] = 2
+        state.sizes[0] -= 1
+        state.sizes[1] += 1
+
+
+def insert(state, block_id):  # noqa: ANN001 - numba hook: the reference's access into a cache that is not full
+    prev, nxt, where, sizes = state.prev, state.next, state.where, state.sizes
+    n, c, x = where.shape[0], sizes[4], block_id
+    w = where[x]
+    if w == 3 or w == 4:  # cases II and III, without REPLACE: the ghost hit adapts p, x goes to T2
+        b1, b2 = sizes[2], sizes[3]
+        if w == 3:
+            state.p[0] = min(state.p[0] + (1.0 if b1 >= b2 else b2 / b1), float(c))
+        else:
+            state.p[0] = max(state.p[0] - (1.0 if b2 >= b1 else b1 / b2), 0.0)
+        list_unlink(prev, nxt, x)
+        sizes[w - 1] -= 1
+        list_push_back(prev, nxt, n + 1, x)
+        where[x] = 2
+        sizes[1] += 1
+        return
+    if sizes[0] + sizes[2] >= c:  # case IV.A: L1 holds c pages, B1's LRU id goes
+        where[list_pop_front(prev, nxt, n + 2)] = 0
+        sizes[2] -= 1
+    elif sizes[0] + sizes[1] + sizes[2] + sizes[3] >= 2 * c:  # case IV.B: B2's LRU id goes
+        where[list_pop_front(prev, nxt, n + 3)] = 0
+        sizes[3] -= 1
+    list_push_back(prev, nxt, n, x)
+    where[x] = 1
+    sizes[0] += 1
+
+
+def evict(state):  # noqa: ANN001 - numba hook: REPLACE with x not in B2; p unchanged
+    if state.sizes[0] + state.sizes[1] == 0:
+        return -1
+    return _replace(state.prev, state.next, state.where, state.sizes, state.p[0], False, state.where.shape[0])
+
+
+def remove(state, block_id):  # noqa: ANN001 - numba hook: out of T1/T2, no ghost entry
+    w = state.where[block_id]
+    if w != 1 and w != 2:
+        return False
+    list_unlink(state.prev, state.next, block_id)
+    state.where[block_id] = 0
+    state.sizes[w - 1] -= 1
+    return True
+
+
 def used(state):  # noqa: ANN001 - numba hook
     return state.sizes[0] + state.sizes[1]
 
 
-register_kernel(ARCState, contains=contains, access=access, used=used)
+register_kernel(ARCState, contains=contains, access=access, used=used, touch=touch, insert=insert, evict=evict,
+                remove=remove)
 
 SPEC = PolicySpec(
     name="arc",

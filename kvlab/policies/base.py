@@ -4,53 +4,79 @@ A policy is two things that must agree exactly:
 
 * a **reference class**: readable Python, one object per cache, implementing
   :class:`ReferencePolicy` (``key in cache``, ``cache.access(key, ref_index)``,
-  ``len(cache)``) — the oracle the tests compare against — plus ``cache.remove(key)``
-  (drop a resident block without an eviction) and ``cache.evict()`` (evict the block
-  that inserting a new one into a full cache would), with which a caller such as a
-  tiered store moves blocks out and enforces capacity itself (the kernels have no
-  counterpart);
-* **kernel hooks** for the numba replay: a ``NamedTuple`` of numpy arrays holding the
-  state, and three small functions registered with :func:`register_kernel`:
+  ``len(cache)``, ``cache.remove(key)``, ``cache.evict()``) — the oracle the tests compare
+  against; a tier (:class:`kvlab.tiers.Tier`) enforces its capacity itself with ``evict()``
+  and moves blocks out with ``remove(key)``;
+* **kernel hooks** for the numba replays: a ``NamedTuple`` of numpy arrays holding the
+  state, and small functions registered with :func:`register_kernel`.
 
-  ============  ===========================================================  ====================
-  hook          signature                                                     does
-  ============  ===========================================================  ====================
-  ``contains``  ``(state, block_id) -> bool``                                 is it resident?
-  ``access``    ``(state, block_ids, start, stop, reverse, evicted) -> int``  one request: touch
-                                                                              or insert each of
-                                                                              ``block_ids[start:
-                                                                              stop]`` (from
-                                                                              ``stop - 1`` down
-                                                                              when ``reverse``),
-                                                                              evicting as needed;
-                                                                              writes the victims'
-                                                                              ids to ``evicted``
-                                                                              in order; returns
-                                                                              their number
-  ``used``      ``(state) -> int`` (default: ``counters[0]``)                 resident blocks
-  ============  ===========================================================  ====================
+The single-cache replay (:mod:`kvlab.sim.kernel`) uses three hooks:
 
-The replay driver (:mod:`kvlab.sim.kernel`) calls :func:`kernel_contains`,
-:func:`kernel_access` and :func:`kernel_used`; numba picks the policy's hook from the
-type of ``state``, so adding a policy never touches the driver or its callers.
-``access`` takes a whole request, not one block, for speed: numba reference-counts the
-arrays passed to every call, and a call per block costs about 4× the LRU update itself
-(measured: 47 vs 180 M block refs/s). The hooks are inlined into the driver at numba's IR
-level (``overload(..., inline="always")``), which removes those calls where a request is
-one block (an object-cache trace: 19 → 41 M refs/s for LRU on a Zipf stream) at the price
-of about twice the compile time of a policy's first replay (1–4 s). Inside ``access``, bind the state's arrays to
-locals once and loop over the blocks. The flat index ``i`` of a block in ``block_ids``
-is its reference index (policies that look ahead, such as Belady, precompute
-per-reference arrays in ``make_state``). ``evicted`` has room for ``stop - start`` ids:
-a policy evicts at most one resident block per block it inserts (its capacity is
-fixed), and must never write more — numba does not check bounds.
+============  ===========================================================  ====================
+hook          signature                                                     does
+============  ===========================================================  ====================
+``contains``  ``(state, block_id) -> bool``                                 is it resident?
+``access``    ``(state, block_ids, start, stop, reverse, evicted) -> int``  one request: touch
+                                                                            or insert each of
+                                                                            ``block_ids[start:
+                                                                            stop]`` (from
+                                                                            ``stop - 1`` down
+                                                                            when ``reverse``),
+                                                                            evicting as needed;
+                                                                            writes the victims'
+                                                                            ids to ``evicted``
+                                                                            in order; returns
+                                                                            their number
+``used``      ``(state) -> int`` (default: ``counters[0]``)                 resident blocks
+============  ===========================================================  ====================
+
+The tiered replay (:mod:`kvlab.tiers.driver`), where the tier and not the policy decides when
+to evict, uses four more — the numba counterparts of the reference's ``access`` on a resident
+block, ``access`` of a new block into a cache that is not full, ``evict()`` and ``remove()``:
+
+============  ===========================================================  ====================
+hook          signature                                                     does
+============  ===========================================================  ====================
+``touch``     ``(state, block_id) -> None``                                 a hit on a resident
+                                                                            block
+``insert``    ``(state, block_id) -> None``                                 insert a block that
+                                                                            is not resident
+                                                                            into a cache with
+                                                                            room (no eviction)
+``evict``     ``(state) -> int``                                            choose and remove a
+                                                                            victim, as for a new
+                                                                            block; ``-1`` if
+                                                                            nothing is resident
+``remove``    ``(state, block_id) -> bool``                                 drop a block without
+                                                                            an eviction; ``False``
+                                                                            if not resident
+============  ===========================================================  ====================
+
+A policy whose reference reads the whole trace (``reference_uses_trace``) cannot run in a
+tier and registers none of the four.
+
+The drivers call :func:`kernel_contains`, :func:`kernel_access`, :func:`kernel_used`,
+:func:`kernel_touch`, :func:`kernel_insert`, :func:`kernel_evict` and :func:`kernel_remove`;
+numba picks the policy's hook from the type of ``state``, so adding a policy never touches the
+drivers or their callers. The hooks are inlined at numba's IR level
+(``overload(..., inline="always")``), and the drivers are compiled without numba's reference
+counting (``_nrt=False``), which would otherwise count the references to a state's arrays at
+every hook call and in every helper with branches (``benchmarks/README.md`` gives the measured
+costs): a hook must not allocate. ``access`` takes a whole request, not one block, to keep the
+driver's call per request. Inside a hook, bind the state's arrays to locals once and loop over
+the blocks; :mod:`kvlab.policies.structs` holds the list and heap every kernel shares. The
+flat index ``i`` of a block in ``block_ids`` is its reference index (policies that look ahead,
+such as Belady, precompute per-reference arrays in ``make_state``). ``evicted`` has room for
+``stop - start`` ids: a policy evicts at most one resident block per block it inserts (its
+capacity is fixed), and must never write more — numba does not check bounds. A state is driven
+either by ``access`` (a replay) or by the tier hooks (a tier), never by both.
 """
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 import numpy as np
 from numba import types
@@ -119,47 +145,78 @@ class PolicySpec:
     reference_uses_trace: bool = False
 
 
-def check_capacity(capacity_blocks: object) -> int | None:
-    """``capacity_blocks`` as an ``int`` (``None`` = unbounded), checked the same way for
-    every reference class.
-
-    Raises:
-        ValueError: negative, boolean or non-integer capacity.
-
-    Example:
-        >>> check_capacity(np.int64(8)), check_capacity(None)
-        (8, None)
-    """
-    if capacity_blocks is not None and (isinstance(capacity_blocks, bool)
-                                        or not isinstance(capacity_blocks, (int, np.integer))
-                                        or capacity_blocks < 0):
-        raise ValueError(f"capacity_blocks must be an integer >= 0 or None, got {capacity_blocks!r}")
-    return None if capacity_blocks is None else int(capacity_blocks)
-
-
 # Inlining the hooks makes numba's pedantic SSA check report variables of the inlined body
 # as out of scope; the check is informational (the compiled code is unaffected, and the
-# kernels are tested against the reference classes), so its noise is silenced here.
-warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning, module="numba.core.ssa")
+# kernels are tested against the reference classes), so its noise is silenced here (it is
+# attributed to the driver's module or to numba's).
+warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning)
 
-_PYTHON_HOOKS: dict[type, tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]] = {}
+class KernelHooks(NamedTuple):
+    """A policy's registered kernel hooks (see the module docstring); the four tier hooks
+    are ``None`` for a policy that cannot run in a tier."""
+
+    contains: Callable[..., bool]
+    access: Callable[..., int]
+    used: Callable[..., int]
+    touch: Callable[..., None] | None = None
+    insert: Callable[..., None] | None = None
+    evict: Callable[..., int] | None = None
+    remove: Callable[..., bool] | None = None
+
+
+_HOOKS: dict[type, KernelHooks] = {}
 
 
 def kernel_contains(state: NamedTuple, block_id: int) -> bool:
     """Generic hook: is ``block_id`` resident? (dispatches on the state's type)."""
-    return _PYTHON_HOOKS[type(state)][0](state, block_id)
+    return _HOOKS[type(state)].contains(state, block_id)
 
 
 def kernel_access(state: NamedTuple, block_ids: np.ndarray, start: int, stop: int, reverse: bool,
                   evicted: np.ndarray) -> int:
     """Generic hook: touch or insert one request's blocks; victims go to ``evicted``;
     returns their number."""
-    return _PYTHON_HOOKS[type(state)][1](state, block_ids, start, stop, reverse, evicted)
+    return _HOOKS[type(state)].access(state, block_ids, start, stop, reverse, evicted)
 
 
 def kernel_used(state: NamedTuple) -> int:
     """Generic hook: number of resident blocks."""
-    return _PYTHON_HOOKS[type(state)][2](state)
+    return _HOOKS[type(state)].used(state)
+
+
+def kernel_touch(state: NamedTuple, block_id: int) -> None:
+    """Generic tier hook: a hit on the resident block ``block_id``."""
+    _HOOKS[type(state)].touch(state, block_id)
+
+
+def kernel_insert(state: NamedTuple, block_id: int) -> None:
+    """Generic tier hook: insert ``block_id`` (not resident) into a cache with room."""
+    _HOOKS[type(state)].insert(state, block_id)
+
+
+def kernel_evict(state: NamedTuple) -> int:
+    """Generic tier hook: evict the policy's victim and return it (``-1``: nothing resident)."""
+    return _HOOKS[type(state)].evict(state)
+
+
+def kernel_remove(state: NamedTuple, block_id: int) -> bool:
+    """Generic tier hook: drop ``block_id`` without an eviction; ``False`` if not resident."""
+    return _HOOKS[type(state)].remove(state, block_id)
+
+
+def has_tier_hooks(state: NamedTuple) -> bool:
+    """Whether the policy of ``state`` registered the four tier hooks.
+
+    Example:
+        >>> from kvlab.policies import get_policy
+        >>> from kvlab.traces.flat import flatten_block_keys
+        >>> import polars as pl
+        >>> flat = flatten_block_keys(pl.Series([[1, 2]]), pl.Series([2]), block_size=1)
+        >>> has_tier_hooks(get_policy("lru").make_state(flat, 1)), has_tier_hooks(get_policy("belady").make_state(flat, 1))
+        (True, False)
+    """
+    hooks = _HOOKS.get(type(state))
+    return hooks is not None and hooks.touch is not None
 
 
 def counters_used(state):  # noqa: ANN001, ANN201 - numba hook
@@ -168,21 +225,30 @@ def counters_used(state):  # noqa: ANN001, ANN201 - numba hook
 
 
 def register_kernel(state_class: type, *, contains: Callable[..., bool], access: Callable[..., int],
-                    used: Callable[..., int] = counters_used) -> None:
+                    used: Callable[..., int] = counters_used, touch: Callable[..., None] | None = None,
+                    insert: Callable[..., None] | None = None, evict: Callable[..., int] | None = None,
+                    remove: Callable[..., bool] | None = None) -> None:
     """Register a policy's kernel hooks for its state ``NamedTuple`` class.
 
-    The hooks must be numba-compilable plain functions with exactly the parameter
-    names ``(state, block_id)``, ``(state, block_ids, start, stop, reverse, evicted)``
-    and ``(state)`` (``used`` defaults to :func:`counters_used`). They
-    are compiled into the replay driver when it sees a state of this class; without
-    JIT (``NUMBA_DISABLE_JIT=1``) they run as Python.
+    The hooks must be numba-compilable plain functions with exactly the parameter names
+    of the module docstring's tables: ``(state, block_id)`` for ``contains``, ``touch``,
+    ``insert`` and ``remove``, ``(state, block_ids, start, stop, reverse, evicted)`` for
+    ``access``, ``(state)`` for ``used`` (default :func:`counters_used`) and ``evict``. They
+    are compiled into a driver when it sees a state of this class; without JIT
+    (``NUMBA_DISABLE_JIT=1``) they run as Python. The four tier hooks come together or
+    not at all.
 
     Raises:
-        ValueError: ``state_class`` is already registered.
+        ValueError: ``state_class`` is already registered, or some but not all of the tier
+            hooks are given.
     """
-    if state_class in _PYTHON_HOOKS:
+    if state_class in _HOOKS:
         raise ValueError(f"kernel hooks for {state_class.__name__} are already registered")
-    _PYTHON_HOOKS[state_class] = (contains, access, used)
+    tier = {"touch": touch, "insert": insert, "evict": evict, "remove": remove}
+    if any(h is None for h in tier.values()) and any(h is not None for h in tier.values()):
+        missing = [name for name, h in tier.items() if h is None]
+        raise ValueError(f"{state_class.__name__}: the tier hooks come together; missing {missing}")
+    _HOOKS[state_class] = KernelHooks(contains, access, used, touch, insert, evict, remove)
 
     def is_mine(state: types.Type) -> bool:
         return isinstance(state, types.BaseNamedTuple) and state.instance_class is state_class
@@ -201,3 +267,26 @@ def register_kernel(state_class: type, *, contains: Callable[..., bool], access:
     def _used(state):  # noqa: ANN001
         if is_mine(state):
             return used
+
+    if touch is None:
+        return
+
+    @overload(kernel_touch, inline="always")
+    def _touch(state, block_id):  # noqa: ANN001
+        if is_mine(state):
+            return touch
+
+    @overload(kernel_insert, inline="always")
+    def _insert(state, block_id):  # noqa: ANN001
+        if is_mine(state):
+            return insert
+
+    @overload(kernel_evict, inline="always")
+    def _evict(state):  # noqa: ANN001
+        if is_mine(state):
+            return evict
+
+    @overload(kernel_remove, inline="always")
+    def _remove(state, block_id):  # noqa: ANN001
+        if is_mine(state):
+            return remove

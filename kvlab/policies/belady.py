@@ -43,7 +43,9 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from kvlab.policies.base import PolicySpec, check_capacity, register_kernel
+from kvlab.core.validate import check_count
+from kvlab.policies.base import PolicySpec, register_kernel
+from kvlab.policies.structs import heap_push, heap_remove, heap_sift
 from kvlab.traces.flat import FlatTrace
 
 #: Next use of a reference never followed by another of the same key.
@@ -74,7 +76,7 @@ class Belady:
     """
 
     def __init__(self, capacity_blocks: int | None, requests: Sequence[Sequence[int]] | None = None) -> None:
-        self.capacity_blocks = check_capacity(capacity_blocks)
+        self.capacity_blocks = check_count("capacity_blocks", capacity_blocks, optional=True)
         flat = [key for keys in requests or () for key in keys]
         self._next_use = [int(NEVER)] * len(flat)
         seen: dict[int, int] = {}
@@ -174,33 +176,8 @@ def make_state(flat: FlatTrace, capacity_blocks: int) -> BeladyState:
 
 
 @njit(inline="always")
-def _sift(heap, slot, prio, i, size):  # noqa: ANN001, ANN202 - numba helper: restore the max-heap at i
-    k = heap[i]
-    while i > 0 and prio[heap[(i - 1) // 2]] < prio[k]:  # up
-        heap[i] = heap[(i - 1) // 2]
-        slot[heap[i]] = i
-        i = (i - 1) // 2
-    while 2 * i + 1 < size:  # down
-        child = 2 * i + 1
-        if child + 1 < size and prio[heap[child + 1]] > prio[heap[child]]:
-            child += 1
-        if prio[heap[child]] <= prio[k]:
-            break
-        heap[i] = heap[child]
-        slot[heap[i]] = i
-        i = child
-    heap[i] = k
-    slot[k] = i
-
-
-@njit(inline="always")
-def _remove(heap, slot, prio, i, size):  # noqa: ANN001, ANN202 - returns the new size
-    slot[heap[i]] = -1
-    size -= 1
-    if i < size:
-        heap[i] = heap[size]
-        _sift(heap, slot, prio, i, size)
-    return size
+def _later(prio, a, b):  # noqa: ANN001, ANN202 - the heap's order: furthest next use first
+    return prio[a] > prio[b]
 
 
 def contains(state, block_id):  # noqa: ANN001 - numba hook
@@ -227,7 +204,7 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
                     head += 1
                 else:
                     victim = heap[0]
-                    size = _remove(heap, slot, prio, 0, size)
+                    size = heap_remove(heap, slot, 0, size, _later, prio)
                 resident[victim] = False
                 used -= 1
                 evicted[n_evicted] = victim
@@ -236,17 +213,15 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
             used += 1
         elif slot[x] >= 0:  # live: leaves the heap if dead now, else moves
             if next_use[i] == NEVER:
-                size = _remove(heap, slot, prio, slot[x], size)
+                size = heap_remove(heap, slot, slot[x], size, _later, prio)
         prio[x] = next_use[i]
         if prio[x] == NEVER:
             dead[tail] = x
             tail += 1
         elif slot[x] >= 0:
-            _sift(heap, slot, prio, slot[x], size)
+            heap_sift(heap, slot, slot[x], size, _later, prio)
         else:
-            heap[size] = x
-            size += 1
-            _sift(heap, slot, prio, size - 1, size)
+            size = heap_push(heap, slot, x, size, _later, prio)
     counters[0], counters[2], counters[3], counters[4] = used, size, head, tail
     return n_evicted
 

@@ -43,7 +43,9 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from kvlab.policies.base import PolicySpec, check_capacity, register_kernel
+from kvlab.core.validate import check_count
+from kvlab.policies.base import PolicySpec, register_kernel
+from kvlab.policies.structs import heap_push, heap_remove, list_push_back, list_unlink, make_lists
 from kvlab.traces.flat import FlatTrace
 
 
@@ -71,7 +73,7 @@ class LeafFirstLRU:
     """
 
     def __init__(self, capacity_blocks: int | None, requests: Sequence[Sequence[int]] | None = None) -> None:
-        self.capacity_blocks = check_capacity(capacity_blocks)
+        self.capacity_blocks = check_count("capacity_blocks", capacity_blocks, optional=True)
         self._parent: dict[int, int | None] = {}
         for keys in requests or ():
             for i, key in enumerate(keys):
@@ -145,57 +147,25 @@ def make_state(flat: FlatTrace, capacity_blocks: int) -> LeafFirstLRUState:
     """Empty state for ``flat.n_keys`` block ids and the given capacity (blocks), with the
     trace's parent relation."""
     n = flat.n_keys
+    prev, nxt = make_lists(n, 1)
     return LeafFirstLRUState(flat.parent_ids(), np.zeros(n, np.int32), np.zeros(n, np.bool_), np.zeros(n, np.int64),
-                             np.zeros(n, np.int8), np.full(n, -1, np.int32), np.full(n + 1, n, np.int32),
-                             np.full(n + 1, n, np.int32), np.zeros(capacity_blocks + 1, np.int32),
-                             np.array([0, capacity_blocks, 0, 0], np.int64))
+                             np.zeros(n, np.int8), np.full(n, -1, np.int32), prev, nxt,
+                             np.zeros(capacity_blocks + 1, np.int32), np.array([0, capacity_blocks, 0, 0], np.int64))
 
 
 @njit(inline="always")
-def _sift(heap, slot, last, i, size):  # noqa: ANN001, ANN202 - numba helper: restore the min-heap at i
-    k = heap[i]
-    while i > 0 and last[heap[(i - 1) // 2]] > last[k]:  # up
-        heap[i] = heap[(i - 1) // 2]
-        slot[heap[i]] = i
-        i = (i - 1) // 2
-    while 2 * i + 1 < size:  # down
-        child = 2 * i + 1
-        if child + 1 < size and last[heap[child + 1]] < last[heap[child]]:
-            child += 1
-        if last[heap[child]] >= last[k]:
-            break
-        heap[i] = heap[child]
-        slot[heap[i]] = i
-        i = child
-    heap[i] = k
-    slot[k] = i
+def _older(last, a, b):  # noqa: ANN001, ANN202 - the heap's order: least recent first
+    return last[a] < last[b]
 
 
 @njit(inline="always")
 def _unqueue(where, slot, prev, nxt, heap, last, k, size):  # noqa: ANN001, ANN202 - returns the heap size
     if where[k] == 1:
-        nxt[prev[k]] = nxt[k]
-        prev[nxt[k]] = prev[k]
+        list_unlink(prev, nxt, k)
     elif where[k] == 2:
-        i = slot[k]
-        slot[k] = -1
-        size -= 1
-        if i < size:
-            heap[i] = heap[size]
-            _sift(heap, slot, last, i, size)
+        size = heap_remove(heap, slot, slot[k], size, _older, last)
     where[k] = 0
     return size
-
-
-@njit(inline="always")
-def _append(where, prev, nxt, k):  # noqa: ANN001, ANN202 - as the most recent leaf of the list
-    sentinel = where.shape[0]
-    tail = prev[sentinel]
-    nxt[tail] = k
-    prev[k] = tail
-    nxt[k] = sentinel
-    prev[sentinel] = k
-    where[k] = 1
 
 
 def contains(state, block_id):  # noqa: ANN001 - numba hook
@@ -215,7 +185,8 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
             last[x] = clock
             if where[x] != 0:  # a leaf: now the most recent one
                 size = _unqueue(where, slot, prev, nxt, heap, last, x, size)
-                _append(where, prev, nxt, x)
+                list_push_back(prev, nxt, sentinel, x)
+                where[x] = 1
             continue
         if capacity == 0:
             continue
@@ -232,9 +203,7 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
             if p >= 0:
                 children[p] -= 1
                 if children[p] == 0 and resident[p]:  # a leaf again, at its own recency
-                    heap[size] = p
-                    size += 1
-                    _sift(heap, slot, last, size - 1, size)
+                    size = heap_push(heap, slot, p, size, _older, last)
                     where[p] = 2
         resident[x] = True
         last[x] = clock
@@ -245,7 +214,8 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
             if children[p] == 1 and resident[p]:  # no longer a leaf
                 size = _unqueue(where, slot, prev, nxt, heap, last, p, size)
         if children[x] == 0:
-            _append(where, prev, nxt, x)
+            list_push_back(prev, nxt, sentinel, x)
+            where[x] = 1
     counters[0], counters[2], counters[3] = used, clock, size
     return n_evicted
 

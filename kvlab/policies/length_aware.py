@@ -32,7 +32,9 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from kvlab.policies.base import PolicySpec, check_capacity, register_kernel
+from kvlab.core.validate import check_count
+from kvlab.policies.base import PolicySpec, register_kernel
+from kvlab.policies.structs import heap_push, heap_sift
 from kvlab.traces.flat import FlatTrace
 
 
@@ -62,7 +64,7 @@ class LengthAware:
     """
 
     def __init__(self, capacity_blocks: int | None, requests: Sequence[Sequence[int]] | None = None) -> None:
-        self.capacity_blocks = check_capacity(capacity_blocks)
+        self.capacity_blocks = check_count("capacity_blocks", capacity_blocks, optional=True)
         self._position = [i for keys in requests or () for i in range(len(keys))]
         self._score: dict[int, list[int]] = {}  # block -> [count, depth, last access]
         self._clock = 0
@@ -137,44 +139,13 @@ def make_state(flat: FlatTrace, capacity_blocks: int) -> LengthAwareState:
 
 
 @njit(inline="always")
-def _less(count, depth, last, a, b):  # noqa: ANN001, ANN202 - numba helper
+def _lower(scores, a, b):  # noqa: ANN001, ANN202 - the heap's order: lowest (count, depth, last access) first
+    count, depth, last = scores
     if count[a] != count[b]:
         return count[a] < count[b]
     if depth[a] != depth[b]:
         return depth[a] < depth[b]
     return last[a] < last[b]
-
-
-@njit(inline="always")
-def _sift_down(heap, slot, count, depth, last, i, size):  # noqa: ANN001, ANN202
-    k = heap[i]
-    while True:
-        child = 2 * i + 1
-        if child >= size:
-            break
-        if child + 1 < size and _less(count, depth, last, heap[child + 1], heap[child]):
-            child += 1
-        if not _less(count, depth, last, heap[child], k):
-            break
-        heap[i] = heap[child]
-        slot[heap[i]] = i
-        i = child
-    heap[i] = k
-    slot[k] = i
-
-
-@njit(inline="always")
-def _sift_up(heap, slot, count, depth, last, i):  # noqa: ANN001, ANN202
-    k = heap[i]
-    while i > 0:
-        parent = (i - 1) // 2
-        if not _less(count, depth, last, k, heap[parent]):
-            break
-        heap[i] = heap[parent]
-        slot[heap[i]] = i
-        i = parent
-    heap[i] = k
-    slot[k] = i
 
 
 def contains(state, block_id):  # noqa: ANN001 - numba hook
@@ -194,7 +165,7 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
             count[x] += 1
             depth[x] = max(depth[x], position[i])
             last[x] = clock
-            _sift_down(heap, slot, count, depth, last, slot[x], used)
+            heap_sift(heap, slot, slot[x], used, _lower, (count, depth, last))
         elif capacity == 0:
             continue
         else:
@@ -207,11 +178,9 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
                 evicted[n_evicted] = victim
                 n_evicted += 1
                 heap[0] = x
-                _sift_down(heap, slot, count, depth, last, 0, used)
+                heap_sift(heap, slot, 0, used, _lower, (count, depth, last))
             else:
-                heap[used] = x
-                used += 1
-                _sift_up(heap, slot, count, depth, last, used - 1)
+                used = heap_push(heap, slot, x, used, _lower, (count, depth, last))
     counters[0] = used
     counters[2] = clock
     return n_evicted

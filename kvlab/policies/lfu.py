@@ -30,8 +30,11 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 
-from kvlab.policies.base import PolicySpec, check_capacity, register_kernel
+from kvlab.core.validate import check_count
+from kvlab.policies.base import PolicySpec, register_kernel
+from kvlab.policies.structs import list_insert_after, list_pop_front, list_unlink, make_lists
 from kvlab.traces.flat import FlatTrace
 
 
@@ -62,7 +65,7 @@ class LFU:
     """
 
     def __init__(self, capacity_blocks: int | None) -> None:
-        self.capacity_blocks = check_capacity(capacity_blocks)
+        self.capacity_blocks = check_count("capacity_blocks", capacity_blocks, optional=True)
         self._count: dict[int, int] = {}
         self._buckets: dict[int, OrderedDict[int, None]] = {}  # count -> blocks, least recent first
         self._min_count = 0
@@ -146,9 +149,47 @@ def make_state(flat: FlatTrace, capacity_blocks: int) -> LFUState:
     """Empty LFU state for ``flat.n_keys`` block ids and the given capacity (blocks)."""
     n = flat.n_keys
     max_refs = int(np.bincount(flat.block_ids).max()) if flat.n_refs else 0
-    return LFUState(np.full(n + 1, n, dtype=np.int32), np.full(n + 1, n, dtype=np.int32),
-                    np.zeros(n, dtype=np.int32), np.full(max_refs + 2, n, dtype=np.int32),
+    prev, nxt = make_lists(n, 1)
+    return LFUState(prev, nxt, np.zeros(n, dtype=np.int32), np.full(max_refs + 2, n, dtype=np.int32),
                     np.array([0, capacity_blocks], dtype=np.int64))
+
+
+@njit(inline="always")
+def _hit(prev, nxt, count, group_tail, block_id):  # noqa: ANN001, ANN202
+    """A hit: the block becomes the most recent block of count ``f + 1`` (behind the last
+    block of that count, or of count ``f`` if there is none, or in place if it was alone)."""
+    sentinel = count.shape[0]
+    f = count[block_id]
+    before = prev[block_id]
+    if group_tail[f] == block_id:
+        group_tail[f] = before if before != sentinel and count[before] == f else sentinel
+    after = group_tail[f + 1]
+    if after == sentinel:
+        after = group_tail[f]
+    if after != sentinel:  # else it was alone at count f: its place is right
+        list_unlink(prev, nxt, block_id)
+        list_insert_after(prev, nxt, after, block_id)
+    count[block_id] = f + 1
+    group_tail[f + 1] = block_id
+
+
+@njit(inline="always")
+def _evict(prev, nxt, count, group_tail):  # noqa: ANN001, ANN202
+    """Evict the first block (lowest count, least recent; it heads the list, so its own
+    ``prev`` need not be read) and return it; its count is forgotten."""
+    victim = list_pop_front(prev, nxt, count.shape[0])
+    if group_tail[count[victim]] == victim:
+        group_tail[count[victim]] = count.shape[0]
+    count[victim] = 0
+    return victim
+
+
+@njit(inline="always")
+def _insert(prev, nxt, count, group_tail, block_id):  # noqa: ANN001, ANN202
+    """A new block, count 1: behind the count-1 blocks, or first."""
+    list_insert_after(prev, nxt, group_tail[1], block_id)
+    count[block_id] = 1
+    group_tail[1] = block_id
 
 
 def contains(state, block_id):  # noqa: ANN001 - numba hook
@@ -158,54 +199,59 @@ def contains(state, block_id):  # noqa: ANN001 - numba hook
 def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - numba hook
     prev, nxt, count, group_tail, counters = state.prev, state.next, state.count, state.group_tail, \
         state.counters
-    sentinel = count.shape[0]
     used, capacity = counters[0], counters[1]
     n_evicted = 0
     for j in range(stop - start):
         block_id = block_ids[stop - 1 - j] if reverse else block_ids[start + j]
-        f = count[block_id]
-        if f > 0:  # hit: becomes the most recent block of count f + 1
-            before = prev[block_id]
-            if group_tail[f] == block_id:
-                group_tail[f] = before if before != sentinel and count[before] == f else sentinel
-            after = group_tail[f + 1]
-            if after == sentinel:
-                after = group_tail[f]
-            if after != sentinel:  # else it was alone at count f: its place is right
-                nxt[before] = nxt[block_id]
-                prev[nxt[block_id]] = before
-                nxt[block_id] = nxt[after]
-                prev[nxt[after]] = block_id
-                nxt[after] = block_id
-                prev[block_id] = after
-            count[block_id] = f + 1
-            group_tail[f + 1] = block_id
+        if count[block_id] > 0:
+            _hit(prev, nxt, count, group_tail, block_id)
             continue
         if capacity == 0:
             continue
         if used >= capacity:  # evict the first block: lowest count, least recent
-            victim = nxt[sentinel]
-            if group_tail[count[victim]] == victim:
-                group_tail[count[victim]] = sentinel
-            nxt[sentinel] = nxt[victim]
-            prev[nxt[victim]] = sentinel
-            count[victim] = 0
+            victim = _evict(prev, nxt, count, group_tail)
             used -= 1
             evicted[n_evicted] = victim
             n_evicted += 1
-        after = group_tail[1]  # behind the count-1 blocks, or first
-        nxt[block_id] = nxt[after]
-        prev[nxt[after]] = block_id
-        nxt[after] = block_id
-        prev[block_id] = after
-        count[block_id] = 1
-        group_tail[1] = block_id
+        _insert(prev, nxt, count, group_tail, block_id)
         used += 1
     counters[0] = used
     return n_evicted
 
 
-register_kernel(LFUState, contains=contains, access=access)
+def touch(state, block_id):  # noqa: ANN001 - numba hook
+    _hit(state.prev, state.next, state.count, state.group_tail, block_id)
+
+
+def insert(state, block_id):  # noqa: ANN001 - numba hook
+    _insert(state.prev, state.next, state.count, state.group_tail, block_id)
+    state.counters[0] += 1
+
+
+def evict(state):  # noqa: ANN001 - numba hook
+    if state.counters[0] == 0:
+        return -1
+    victim = _evict(state.prev, state.next, state.count, state.group_tail)
+    state.counters[0] -= 1
+    return victim
+
+
+def remove(state, block_id):  # noqa: ANN001 - numba hook
+    prev, count, group_tail = state.prev, state.count, state.group_tail
+    f = count[block_id]
+    if f == 0:
+        return False
+    if group_tail[f] == block_id:  # the block before it, if of the same count, ends the group now
+        before = prev[block_id]
+        group_tail[f] = before if before != count.shape[0] and count[before] == f else count.shape[0]
+    list_unlink(prev, state.next, block_id)
+    count[block_id] = 0
+    state.counters[0] -= 1
+    return True
+
+
+register_kernel(LFUState, contains=contains, access=access, touch=touch, insert=insert, evict=evict,
+                remove=remove)
 
 SPEC = PolicySpec(
     name="lfu",

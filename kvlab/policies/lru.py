@@ -12,7 +12,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kvlab.policies.base import PolicySpec, check_capacity, register_kernel
+from kvlab.core.validate import check_count
+from kvlab.policies.base import PolicySpec, register_kernel
+from kvlab.policies.structs import list_pop_front, list_push_back, list_unlink, make_lists
 from kvlab.traces.flat import FlatTrace
 
 
@@ -36,7 +38,7 @@ class LRU:
     """
 
     def __init__(self, capacity_blocks: int | None) -> None:
-        self.capacity_blocks = check_capacity(capacity_blocks)
+        self.capacity_blocks = check_count("capacity_blocks", capacity_blocks, optional=True)
         self._order: OrderedDict[int, None] = OrderedDict()  # first = least recent
 
     def __contains__(self, block_id: int) -> bool:
@@ -89,10 +91,8 @@ class LRUState(NamedTuple):
 
 def make_state(flat: FlatTrace, capacity_blocks: int) -> LRUState:
     """Empty LRU state for ``flat.n_keys`` block ids and the given capacity (blocks)."""
-    n = flat.n_keys
-    prev = np.full(n + 1, n, dtype=np.int32)
-    nxt = np.full(n + 1, n, dtype=np.int32)
-    return LRUState(prev, nxt, np.zeros(n, dtype=np.bool_), np.array([0, capacity_blocks], dtype=np.int64))
+    prev, nxt = make_lists(flat.n_keys, 1)
+    return LRUState(prev, nxt, np.zeros(flat.n_keys, dtype=np.bool_), np.array([0, capacity_blocks], dtype=np.int64))
 
 
 def contains(state, block_id):  # noqa: ANN001 - numba hook
@@ -108,31 +108,54 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
     for j in range(stop - start):
         block_id = block_ids[stop - 1 - j] if reverse else block_ids[start + j]
         if resident[block_id]:  # unlink, to be pushed back as most recent
-            nxt[prev[block_id]] = nxt[block_id]
-            prev[nxt[block_id]] = prev[block_id]
+            list_unlink(prev, nxt, block_id)
         elif capacity == 0:
             continue
         else:
             if used >= capacity:  # evict the least recent (the sentinel's next)
-                victim = nxt[sentinel]
-                nxt[sentinel] = nxt[victim]
-                prev[nxt[victim]] = sentinel
+                victim = list_pop_front(prev, nxt, sentinel)
                 resident[victim] = False
                 used -= 1
                 evicted[n_evicted] = victim
                 n_evicted += 1
             resident[block_id] = True
             used += 1
-        last = prev[sentinel]  # push as most recent
-        nxt[last] = block_id
-        prev[block_id] = last
-        nxt[block_id] = sentinel
-        prev[sentinel] = block_id
+        list_push_back(prev, nxt, sentinel, block_id)
     counters[0] = used
     return n_evicted
 
 
-register_kernel(LRUState, contains=contains, access=access)
+def touch(state, block_id):  # noqa: ANN001 - numba hook
+    list_unlink(state.prev, state.next, block_id)
+    list_push_back(state.prev, state.next, state.resident.shape[0], block_id)
+
+
+def insert(state, block_id):  # noqa: ANN001 - numba hook
+    state.resident[block_id] = True
+    state.counters[0] += 1
+    list_push_back(state.prev, state.next, state.resident.shape[0], block_id)
+
+
+def evict(state):  # noqa: ANN001 - numba hook
+    if state.counters[0] == 0:
+        return -1
+    victim = list_pop_front(state.prev, state.next, state.resident.shape[0])
+    state.resident[victim] = False
+    state.counters[0] -= 1
+    return victim
+
+
+def remove(state, block_id):  # noqa: ANN001 - numba hook
+    if not state.resident[block_id]:
+        return False
+    list_unlink(state.prev, state.next, block_id)
+    state.resident[block_id] = False
+    state.counters[0] -= 1
+    return True
+
+
+register_kernel(LRUState, contains=contains, access=access, touch=touch, insert=insert, evict=evict,
+                remove=remove)
 
 SPEC = PolicySpec(
     name="lru",

@@ -44,7 +44,9 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from kvlab.policies.base import PolicySpec, check_capacity, register_kernel
+from kvlab.core.validate import check_count, check_int, check_real
+from kvlab.policies.base import PolicySpec, register_kernel
+from kvlab.policies.structs import list_pop_front, list_push_back, list_unlink, make_lists
 from kvlab.traces.flat import FlatTrace
 
 SMALL, MAIN, GHOST = 1, 2, 3  # queue codes in the kernel's ``where``; 0 = nowhere
@@ -56,22 +58,21 @@ def queue_sizes(capacity_blocks: int, small_size_ratio: float = 0.1, ghost_size_
     them (``int(capacity * ratio)``), except that the small queue gets at least 1 block.
 
     Raises:
-        ValueError: a ratio outside ``(0, 1)`` / ``[0, 10]``, or a threshold not in 1..3.
+        ValueError: a ratio outside ``(0, 1)`` / ``[0, 10]``, or a threshold not in 1..3 (names it).
 
     Example:
         >>> queue_sizes(100), queue_sizes(25), queue_sizes(5)
         ((10, 90, 90), (2, 23, 22), (1, 4, 4))
     """
-    def number(x: object) -> bool:
-        return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
-
-    if not (number(small_size_ratio) and 0 < small_size_ratio < 1):
-        raise ValueError(f"small_size_ratio must be a number in (0, 1), got {small_size_ratio!r}")
-    if not (number(ghost_size_ratio) and 0 <= ghost_size_ratio <= 10):
-        raise ValueError(f"ghost_size_ratio must be a number in [0, 10], got {ghost_size_ratio!r}")
-    if not (isinstance(move_to_main_threshold, (int, np.integer)) and not isinstance(move_to_main_threshold, bool)
-            and 1 <= move_to_main_threshold <= 3):
-        raise ValueError(f"move_to_main_threshold must be 1, 2 or 3, got {move_to_main_threshold!r}")
+    ratio = small_size_ratio
+    try:
+        small_size_ratio = check_real("small_size_ratio", ratio, low=0.0, high=1.0, low_open=True)
+    except ValueError:
+        small_size_ratio = 1.0
+    if small_size_ratio == 1.0:  # an open interval: main gets something
+        raise ValueError(f"small_size_ratio must be a finite number in (0.0, 1.0), got {ratio!r}")
+    ghost_size_ratio = check_real("ghost_size_ratio", ghost_size_ratio, low=0.0, high=10.0)
+    check_int("move_to_main_threshold", move_to_main_threshold, low=1, high=3)
     small = max(int(capacity_blocks * small_size_ratio), 1) if capacity_blocks > 0 else 0
     return small, capacity_blocks - small, int(capacity_blocks * ghost_size_ratio)
 
@@ -109,7 +110,7 @@ class S3FIFO:
 
     def __init__(self, capacity_blocks: int | None, *, small_size_ratio: float = 0.1,
                  ghost_size_ratio: float = 0.9, move_to_main_threshold: int = 2) -> None:
-        self.capacity_blocks = check_capacity(capacity_blocks)
+        self.capacity_blocks = check_count("capacity_blocks", capacity_blocks, optional=True)
         sizes = queue_sizes(self.capacity_blocks or 0, small_size_ratio, ghost_size_ratio, move_to_main_threshold)
         self._small_size, self._main_size, self._ghost_size = sizes
         self._threshold = move_to_main_threshold
@@ -212,26 +213,65 @@ def make_state(flat: FlatTrace, capacity_blocks: int, *, small_size_ratio: float
     """
     n = flat.n_keys
     sizes = queue_sizes(capacity_blocks, small_size_ratio, ghost_size_ratio, move_to_main_threshold)
-    links = np.arange(n, n + 3, dtype=np.int32)  # empty queues: each sentinel links to itself
-    prev, nxt = np.zeros(n + 3, dtype=np.int32), np.zeros(n + 3, dtype=np.int32)
-    prev[n:], nxt[n:] = links, links
+    prev, nxt = make_lists(n, 3)
     return S3FIFOState(prev, nxt, np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.int8),
                        np.array([0, 0, 0, capacity_blocks, *sizes, move_to_main_threshold, 0], dtype=np.int64))
 
 
 @njit(inline="always")
-def _push(prev, nxt, queue, k):  # noqa: ANN001, ANN202 - append k as the newest of queue
-    last = prev[queue]
-    nxt[last] = k
-    prev[k] = last
-    nxt[k] = queue
-    prev[queue] = k
+def _evict(prev, nxt, where, freq, counters):  # noqa: ANN001, ANN202
+    """Evict one block of a non-empty cache (the module docstring's rules); returns it."""
+    small_q, main_q, ghost_q = where.shape[0], where.shape[0] + 1, where.shape[0] + 2
+    counters[8] = 1  # something was evicted
+    victim = -1
+    if counters[0] > 0 and counters[1] <= counters[5]:
+        while victim < 0 and counters[0] > 0:  # small's oldest: to main if hit enough, else out
+            k = list_pop_front(prev, nxt, small_q)
+            counters[0] -= 1
+            if freq[k] >= counters[7]:
+                list_push_back(prev, nxt, main_q, k)
+                where[k], freq[k] = MAIN, 0
+                counters[1] += 1
+                continue
+            victim, where[k] = k, 0
+            if counters[6] > 0:
+                if counters[2] >= counters[6]:  # drop the oldest ghost id
+                    where[list_pop_front(prev, nxt, ghost_q)] = 0
+                    counters[2] -= 1
+                list_push_back(prev, nxt, ghost_q, k)
+                where[k] = GHOST
+                counters[2] += 1
+    while victim < 0:  # main's oldest: reinserted with freq - 1 while freq > 0
+        k = list_pop_front(prev, nxt, main_q)
+        if freq[k] > 0:
+            freq[k] -= 1
+            list_push_back(prev, nxt, main_q, k)
+        else:
+            victim, where[k] = k, 0
+            counters[1] -= 1
+    return victim
 
 
 @njit(inline="always")
-def _unlink(prev, nxt, k):  # noqa: ANN001, ANN202
-    nxt[prev[k]] = nxt[k]
-    prev[nxt[k]] = prev[k]
+def _leave_ghost(prev, nxt, where, counters, block_id):  # noqa: ANN001, ANN202
+    """Take a missing block's id out of the ghost; returns whether it was there."""
+    if where[block_id] != GHOST:
+        return False
+    list_unlink(prev, nxt, block_id)
+    where[block_id] = 0
+    counters[2] -= 1
+    return True
+
+
+@njit(inline="always")
+def _insert(prev, nxt, where, freq, counters, block_id, ghost_hit):  # noqa: ANN001, ANN202
+    """Insert a missing block into a cache with room: to main after a ghost hit, or while
+    nothing was evicted and small is full; else to small."""
+    to_main = ghost_hit or (counters[8] == 0 and counters[0] >= counters[4])
+    list_push_back(prev, nxt, where.shape[0] + (1 if to_main else 0), block_id)
+    where[block_id] = MAIN if to_main else SMALL
+    freq[block_id] = 0
+    counters[1 if to_main else 0] += 1
 
 
 def contains(state, block_id):  # noqa: ANN001 - numba hook
@@ -240,10 +280,7 @@ def contains(state, block_id):  # noqa: ANN001 - numba hook
 
 def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - numba hook
     prev, nxt, where, freq, counters = state.prev, state.next, state.where, state.freq, state.counters
-    small_q, main_q, ghost_q = where.shape[0], where.shape[0] + 1, where.shape[0] + 2
-    n_small, n_main, n_ghost, capacity = counters[0], counters[1], counters[2], counters[3]
-    small_size, main_size, ghost_size = counters[4], counters[5], counters[6]
-    threshold, has_evicted = counters[7], counters[8]
+    capacity = counters[3]
     n_evicted = 0
     for j in range(stop - start):
         block_id = block_ids[stop - 1 - j] if reverse else block_ids[start + j]
@@ -253,60 +290,45 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
             continue
         if capacity == 0:
             continue
-        if w == GHOST:  # the id leaves the ghost
-            _unlink(prev, nxt, block_id)
-            n_ghost -= 1
-        if n_small + n_main >= capacity:
-            has_evicted = 1
-            victim = -1
-            if n_small > 0 and n_main <= main_size:
-                while victim < 0 and n_small > 0:  # small's oldest: to main if hit enough, else out
-                    k = nxt[small_q]
-                    _unlink(prev, nxt, k)
-                    n_small -= 1
-                    if freq[k] >= threshold:
-                        _push(prev, nxt, main_q, k)
-                        where[k], freq[k] = MAIN, 0
-                        n_main += 1
-                        continue
-                    victim, where[k] = k, 0
-                    if ghost_size > 0:
-                        if n_ghost >= ghost_size:  # drop the oldest ghost id
-                            g = nxt[ghost_q]
-                            _unlink(prev, nxt, g)
-                            where[g] = 0
-                            n_ghost -= 1
-                        _push(prev, nxt, ghost_q, k)
-                        where[k] = GHOST
-                        n_ghost += 1
-            while victim < 0:  # main's oldest: reinserted with freq - 1 while freq > 0
-                k = nxt[main_q]
-                _unlink(prev, nxt, k)
-                if freq[k] > 0:
-                    freq[k] -= 1
-                    _push(prev, nxt, main_q, k)
-                else:
-                    victim, where[k] = k, 0
-                    n_main -= 1
-            evicted[n_evicted] = victim
+        ghost_hit = _leave_ghost(prev, nxt, where, counters, block_id)  # before anything is evicted
+        if counters[0] + counters[1] >= capacity:
+            evicted[n_evicted] = _evict(prev, nxt, where, freq, counters)
             n_evicted += 1
-        to_main = w == GHOST or (has_evicted == 0 and n_small >= small_size)
-        _push(prev, nxt, main_q if to_main else small_q, block_id)
-        where[block_id] = MAIN if to_main else SMALL
-        freq[block_id] = 0
-        if to_main:
-            n_main += 1
-        else:
-            n_small += 1
-    counters[0], counters[1], counters[2], counters[8] = n_small, n_main, n_ghost, has_evicted
+        _insert(prev, nxt, where, freq, counters, block_id, ghost_hit)
     return n_evicted
+
+
+def touch(state, block_id):  # noqa: ANN001 - numba hook
+    state.freq[block_id] = min(state.freq[block_id] + 1, 3)
+
+
+def insert(state, block_id):  # noqa: ANN001 - numba hook
+    ghost_hit = _leave_ghost(state.prev, state.next, state.where, state.counters, block_id)
+    _insert(state.prev, state.next, state.where, state.freq, state.counters, block_id, ghost_hit)
+
+
+def evict(state):  # noqa: ANN001 - numba hook
+    if state.counters[0] + state.counters[1] == 0:
+        return -1
+    return _evict(state.prev, state.next, state.where, state.freq, state.counters)
+
+
+def remove(state, block_id):  # noqa: ANN001 - numba hook: no ghost entry
+    w = state.where[block_id]
+    if w != SMALL and w != MAIN:
+        return False
+    list_unlink(state.prev, state.next, block_id)
+    state.where[block_id] = 0
+    state.counters[0 if w == SMALL else 1] -= 1
+    return True
 
 
 def used(state):  # noqa: ANN001 - numba hook
     return state.counters[0] + state.counters[1]
 
 
-register_kernel(S3FIFOState, contains=contains, access=access, used=used)
+register_kernel(S3FIFOState, contains=contains, access=access, used=used, touch=touch, insert=insert, evict=evict,
+                remove=remove)
 
 SPEC = PolicySpec(
     name="s3fifo",

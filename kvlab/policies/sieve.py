@@ -29,8 +29,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 
-from kvlab.policies.base import PolicySpec, check_capacity, register_kernel
+from kvlab.core.validate import check_count
+from kvlab.policies.base import PolicySpec, register_kernel
+from kvlab.policies.structs import list_push_back, list_unlink, make_lists
 from kvlab.traces.flat import FlatTrace
 
 
@@ -61,7 +64,7 @@ class Sieve:
     """
 
     def __init__(self, capacity_blocks: int | None) -> None:
-        self.capacity_blocks = check_capacity(capacity_blocks)
+        self.capacity_blocks = check_count("capacity_blocks", capacity_blocks, optional=True)
         self._queue: list[int] = []  # oldest (tail) first, newest (head) last
         self._visited: dict[int, bool] = {}
         self._hand: int | None = None  # index into _queue; None = start at the tail
@@ -140,9 +143,26 @@ class SieveState(NamedTuple):
 def make_state(flat: FlatTrace, capacity_blocks: int) -> SieveState:
     """Empty SIEVE state for ``flat.n_keys`` block ids and the given capacity (blocks)."""
     n = flat.n_keys
-    return SieveState(np.full(n + 1, n, dtype=np.int32), np.full(n + 1, n, dtype=np.int32),
-                      np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_),
+    older, newer = make_lists(n, 1)
+    return SieveState(newer, older, np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_),
                       np.array([0, capacity_blocks, n], dtype=np.int64))
+
+
+@njit(inline="always")
+def _sift(newer, older, visited, hand):  # noqa: ANN001, ANN202
+    """Run the hand from where it rests (the sentinel: the tail) towards the head, wrapping
+    to the tail, clearing visited bits, to the first unvisited block; unlink it and return
+    ``(victim, hand)``, the hand resting on the block newer than the victim."""
+    sentinel = visited.shape[0]
+    victim = newer[sentinel] if hand == sentinel else hand
+    while visited[victim]:
+        visited[victim] = False
+        victim = newer[victim]
+        if victim == sentinel:
+            victim = newer[sentinel]
+    hand = newer[victim]
+    list_unlink(older, newer, victim)
+    return victim, hand
 
 
 def contains(state, block_id):  # noqa: ANN001 - numba hook
@@ -162,25 +182,13 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
             continue
         if capacity == 0:
             continue
-        if used >= capacity:  # sift from the hand towards the head, wrapping to the tail
-            victim = newer[sentinel] if hand == sentinel else hand
-            while visited[victim]:
-                visited[victim] = False
-                victim = newer[victim]
-                if victim == sentinel:
-                    victim = newer[sentinel]
-            hand = newer[victim]
-            newer[older[victim]] = hand
-            older[hand] = older[victim]
+        if used >= capacity:
+            victim, hand = _sift(newer, older, visited, hand)
             resident[victim] = False
             used -= 1
             evicted[n_evicted] = victim
             n_evicted += 1
-        head = older[sentinel]  # push as the newest
-        newer[head] = block_id
-        older[block_id] = head
-        newer[block_id] = sentinel
-        older[sentinel] = block_id
+        list_push_back(older, newer, sentinel, block_id)  # as the newest
         visited[block_id] = False
         resident[block_id] = True
         used += 1
@@ -189,7 +197,40 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
     return n_evicted
 
 
-register_kernel(SieveState, contains=contains, access=access)
+def touch(state, block_id):  # noqa: ANN001 - numba hook
+    state.visited[block_id] = True
+
+
+def insert(state, block_id):  # noqa: ANN001 - numba hook
+    list_push_back(state.older, state.newer, state.resident.shape[0], block_id)
+    state.visited[block_id] = False
+    state.resident[block_id] = True
+    state.counters[0] += 1
+
+
+def evict(state):  # noqa: ANN001 - numba hook
+    counters = state.counters
+    if counters[0] == 0:
+        return -1
+    victim, counters[2] = _sift(state.newer, state.older, state.visited, counters[2])
+    state.resident[victim] = False
+    counters[0] -= 1
+    return victim
+
+
+def remove(state, block_id):  # noqa: ANN001 - numba hook: a hand resting on it moves to the newer block
+    if not state.resident[block_id]:
+        return False
+    if state.counters[2] == block_id:
+        state.counters[2] = state.newer[block_id]
+    list_unlink(state.older, state.newer, block_id)
+    state.resident[block_id] = False
+    state.counters[0] -= 1
+    return True
+
+
+register_kernel(SieveState, contains=contains, access=access, touch=touch, insert=insert, evict=evict,
+                remove=remove)
 
 SPEC = PolicySpec(
     name="sieve",

@@ -2,8 +2,9 @@
 
 The driver is generic over the policy: it calls the hooks of
 :mod:`kvlab.policies.base`, and numba compiles one specialisation per policy state
-type. It is not cached on disk: numba's cache would not notice an edit to a policy
-module, and a stale kernel would silently disagree with its reference class.
+type, compiled without numba's reference counting (``_nrt=False``, see
+:mod:`kvlab.policies.base`). It is not cached on disk: numba's cache would not notice an
+edit to a policy module, and a stale kernel would silently disagree with its reference class.
 
 Orphan tracking (optional) counts resident blocks whose parent block is not resident —
 unreachable under chained hashing, yet occupying capacity. It keeps a shadow of the
@@ -52,7 +53,7 @@ def _flip(parents: np.ndarray, shadow: np.ndarray, children: np.ndarray, count: 
         count[0] -= children[k]
 
 
-@njit(nogil=True)
+@njit(nogil=True, _nrt=False)
 def replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, stop: int, reverse: bool,
                  independent: bool, state, evicted: np.ndarray,  # noqa: ANN001
                  parents: np.ndarray, shadow: np.ndarray, children: np.ndarray, count: np.ndarray,

@@ -15,10 +15,11 @@ SHARDS", FAST'15) samples block keys spatially to cut the work and memory furthe
 from __future__ import annotations
 
 from collections.abc import Iterable
-from numbers import Integral, Real
 
 import numpy as np
 import polars as pl
+
+from kvlab.core.validate import check_choice, check_int, check_real
 
 from kvlab.sim.mrc_kernel import SHARDS_MODULUS, shards_keep, stack_distance_histograms
 from kvlab.sim.replay import TOUCH_ORDERS
@@ -34,53 +35,14 @@ def mrc(trace: Trace, *, capacities_blocks: Iterable[int | None] | None = None,
         seed: int = 0) -> pl.DataFrame:
     """LRU prefix-cache hit ratios at many capacities from one pass over ``trace``.
 
-    The exact curve (``shards_rate=None``) equals separate :func:`kvlab.sim.replay` runs
-    (policy ``"lru"``, mode ``"prefix"``) at every capacity, block hits, token hits and
-    evictions alike (tested): at each request the kernel takes the LRU stack distance of
-    each block *before* the request's accesses (1 + distinct blocks used since its last
-    use; never used = ∞), the running maximum over the request's blocks ``0..j`` decides
-    block ``j`` (hit at ``C`` iff it is ``<= C``), then the request's blocks are accessed
-    in ``touch_order``. Histograms of that running maximum (blocks, and tokens with the
-    last block counted by the input's remainder) over the measured requests turn into
-    hit counts by cumulative sums. Evictions come from a third histogram: an access
-    evicts at capacity ``C >= 1`` iff its distance at access time (first access: 1 + the
-    distinct blocks seen before) exceeds ``C``.
-
-    SHARDS (``shards_rate``): a block key is sampled iff
-    ``splitmix64(key ^ splitmix64(seed)) >> 40 < T``, ``T = round(shards_rate · 2**24)``
-    (the top 24 bits of a fixed 64-bit hash of the u64 key, modulus ``P = 2**24``; the
-    effective rate is ``R = T / P``; see :func:`kvlab.sim.mrc_kernel.shards_keep`).
-    Unsampled blocks are skipped; sampled distances ``d`` count sampled blocks only and
-    are scaled by ``1/R``: a block hits at ``C`` iff ``d / R <= C``. *Approximation:*
-    the prefix running maximum runs over the request's sampled blocks only (a block
-    whose unsampled predecessor missed may count as a hit). Under chained keys every
-    access to block ``j`` comes with blocks ``0..j-1``: with ``"head_most_recent"`` these
-    are touched after it, so their distances are smaller, the running maximum is the
-    block's own distance and SHARDS is plain SHARDS; with ``"tail_most_recent"`` a
-    predecessor ``i`` is at most ``j − i`` places deeper, so the maximum exceeds the
-    block's own distance by less than the request's length in blocks.
-    Ratios are sampled hits over sampled refs (token-weighted likewise);
-    ``hit_blocks = round(block_hit_ratio · block_refs)`` is an estimate, ``block_refs`` is
-    exact, ``evictions`` is null. Capacities ``>= n_keys`` (the working set) are exactly
-    unbounded and get the unbounded estimate.
-
-    Measured SHARDS error (absolute error of ``block_hit_ratio`` against the exact curve,
-    mean / max over the default 100-point log grid, seed 0, default touch order):
-
-    ======================  ==================  ==================
-    bundled trace           rate 0.1            rate 0.01
-    ======================  ==================  ==================
-    conversation            0.0373 / 0.0417     0.0375 / 0.0425
-    synthetic               0.0021 / 0.0090     0.0044 / 0.0140
-    ======================  ==================  ==================
-
-    (Over seeds 0–9 the mean error averages 0.038 / 0.039 on conversation and 0.003 /
-    0.008 on synthetic.) The conversation error is one key's doing: the trace's shared
-    first block is in all 12,031 requests — 4.2 % of the references, nearly all hits at
-    distance 1 — and is left out of the sample with probability ``1 − R``, taking its
-    hits with it (at ``C < 1/R`` no sampled block can hit at all). Spatial sampling
-    weighs every sampled key alike, so a trace dominated by a few hot keys needs a
-    higher rate or the exact curve, which is cheap here anyway.
+    Models Mattson et al.'s stack-distance pass (1970) under kvlab's prefix semantics, and
+    SHARDS sampling (Waldspurger et al., FAST'15) when ``shards_rate`` is given. The exact
+    curve equals separate :func:`kvlab.sim.replay` runs (policy ``"lru"``, mode
+    ``"prefix"``) at every capacity — block hits, token hits and evictions alike (tested).
+    Under SHARDS the ratios are estimates (``hit_blocks = round(block_hit_ratio ·
+    block_refs)``, ``evictions`` null); capacities ``>= n_keys`` are exactly unbounded.
+    ``docs/README.md`` ("Miss-ratio curves") gives the method, the SHARDS approximation
+    under prefix semantics, its measured error on the bundled traces, and the cost.
 
     Args:
         trace: the workload.
@@ -112,15 +74,9 @@ def mrc(trace: Trace, *, capacities_blocks: Iterable[int | None] | None = None,
             integer in ``[0, 2**64)`` (each message names the parameter).
 
     Complexity:
-        Time ``O(refs · log refs)`` for the pass (two Fenwick queries and two updates
-        per block reference; a request's lookups stop querying at its first never-seen
-        block) plus ``O(n_keys + len(capacities_blocks))`` to read the curve off; with
-        SHARDS ``O(refs + n_keys + R · refs · log(R · refs))``. Memory: the trace's
-        :class:`~kvlab.traces.FlatTrace`, plus ``int32[R · refs + 1]`` (the tree) and
-        ``int64[n_keys]`` + 3 × ``int64[n_keys + 2]`` + ``bool[n_keys]`` — about
-        4 bytes per (sampled) reference and 41 per distinct block. Measured here (2
-        cores): the conversation trace (288,500 refs, 182,790 blocks) in 8 ms, a 10 M-ref
-        chat trace (985,405 blocks) in 1.0 s, or 0.06 s at ``shards_rate=0.01``.
+        Time ``O(refs · log refs)`` (with SHARDS ``O(refs + n_keys + R · refs · log(R ·
+        refs))``); memory about 4 bytes per (sampled) reference and 41 per distinct block,
+        besides the trace's :class:`~kvlab.traces.FlatTrace`.
 
     Example:
         >>> from kvlab.paths import bundled_trace_path
@@ -185,18 +141,14 @@ def mrc(trace: Trace, *, capacities_blocks: Iterable[int | None] | None = None,
 def _check(trace: object, touch_order: object, warmup_fraction: object, shards_rate: object, seed: object) -> None:
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
-    if touch_order not in TOUCH_ORDERS:
-        raise ValueError(f"touch_order must be one of {TOUCH_ORDERS}, got {touch_order!r}")
-    w = warmup_fraction
-    if isinstance(w, bool) or not isinstance(w, Real) or not 0.0 <= w < 1.0:
-        raise ValueError(f"warmup_fraction must be a number in [0, 1), got {w!r}")
+    check_choice("touch_order", touch_order, TOUCH_ORDERS)
+    if check_real("warmup_fraction", warmup_fraction, low=0.0) >= 1.0:
+        raise ValueError(f"warmup_fraction must be a number in [0, 1), got {warmup_fraction!r}")
     r = shards_rate
-    if r is not None and (isinstance(r, bool) or not isinstance(r, Real) or not 0.0 < r <= 1.0
-                          or round(r * SHARDS_MODULUS) < 1):
+    if r is not None and round(check_real("shards_rate", r, low=0.0, high=1.0, low_open=True) * SHARDS_MODULUS) < 1:
         raise ValueError(f"shards_rate must be None or a number in (0, 1] that samples at least 1 in 2**24 keys "
                          f"(>= 2**-24), got {r!r}")
-    if isinstance(seed, bool) or not isinstance(seed, Integral) or not 0 <= seed < 2**64:
-        raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+    check_int("seed", seed, low=0, high=2**64 - 1)
 
 
 def _capacities(capacities_blocks: object, n_keys: int) -> list[int | None]:
@@ -208,7 +160,4 @@ def _capacities(capacities_blocks: object, n_keys: int) -> list[int | None]:
     capacities = list(capacities_blocks)
     if not capacities:
         raise ValueError("capacities_blocks is empty: give at least one capacity (or None for the default grid)")
-    for c in capacities:
-        if c is not None and (isinstance(c, bool) or not isinstance(c, Integral) or not 0 <= c < 2**63):
-            raise ValueError(f"capacities_blocks must hold integers in [0, 2**63) or None, got {c!r}")
-    return [None if c is None else int(c) for c in capacities]
+    return [check_int(f"capacities_blocks[{i}]", c, low=0, high=2**63 - 1, optional=True) for i, c in enumerate(capacities)]

@@ -23,53 +23,36 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kvlab.policies.structs import list_insert_after, list_pop_front, list_push_back, list_unlink, make_lists
+
 FREE_ORDERS = ("classic", "current")
 
 
 def make_vllm_state(n_keys: int, capacity_blocks: int, max_request_blocks: int) -> tuple[np.ndarray, ...]:
-    """Arrays of an empty pool: free queue links (slot ``capacity`` is the sentinel),
-    the key each slot holds, per-key copy lists, a request block-table buffer, counters.
+    """Arrays of an empty pool: the free queue's links (``int64[capacity + 1]``, sentinel
+    ``capacity``), the key each slot holds (``-1``: none), per key the list of slots holding
+    it, oldest first (``copy_prev``/``copy_next``, ``int64[capacity + n_keys]``: slot ``s``'s
+    links at ``s``, key ``k``'s sentinel at ``capacity + k``), a request block-table buffer,
+    counters. The lists are :mod:`kvlab.policies.structs` lists.
 
     Initially every slot is free, queued in ascending order (vLLM's start-up order).
     """
     c = capacity_blocks
-    q_next = np.empty(c + 1, dtype=np.int64)
-    q_prev = np.empty(c + 1, dtype=np.int64)
-    order = np.arange(c + 1)
-    q_next[:] = np.roll(order, -1)
-    q_prev[:] = np.roll(order, 1)
+    order = np.arange(c + 1, dtype=np.int64)  # one list through every slot, in order, then the sentinel
+    q_next, q_prev = np.roll(order, -1), np.roll(order, 1)
     slot_key = np.full(c, -1, dtype=np.int64)
-    copy_next = np.full(c, -1, dtype=np.int64)
-    copy_prev = np.full(c, -1, dtype=np.int64)
-    key_head = np.full(n_keys, -1, dtype=np.int64)
-    key_tail = np.full(n_keys, -1, dtype=np.int64)
+    copy_prev, copy_next = make_lists(c, n_keys, np.int64)
     table = np.empty(max(max_request_blocks, 1), dtype=np.int64)
     counters = np.zeros(1, dtype=np.int64)  # cached blocks
-    return q_next, q_prev, slot_key, copy_next, copy_prev, key_head, key_tail, table, counters
+    return q_next, q_prev, slot_key, copy_next, copy_prev, table, counters
 
 
-@njit(inline="always")
-def _unlink(q_next: np.ndarray, q_prev: np.ndarray, s: int) -> None:
-    q_next[q_prev[s]] = q_next[s]
-    q_prev[q_next[s]] = q_prev[s]
-
-
-@njit(inline="always")
-def _insert_after(q_next: np.ndarray, q_prev: np.ndarray, at: int, s: int) -> None:
-    nxt = q_next[at]
-    q_next[at] = s
-    q_prev[s] = at
-    q_next[s] = nxt
-    q_prev[nxt] = s
-
-
-@njit(nogil=True)
+@njit(nogil=True, _nrt=False)
 def vllm_replay_range(offsets: np.ndarray, block_ids: np.ndarray, input_tokens: np.ndarray, block_size: int,
                       current_order: bool, start: int, stop: int,
                       q_next: np.ndarray, q_prev: np.ndarray, slot_key: np.ndarray, copy_next: np.ndarray,
-                      copy_prev: np.ndarray, key_head: np.ndarray, key_tail: np.ndarray, table: np.ndarray,
-                      counters: np.ndarray, hit_blocks: np.ndarray, used_blocks: np.ndarray,
-                      evictions: np.ndarray, admitted: np.ndarray) -> None:
+                      copy_prev: np.ndarray, table: np.ndarray, counters: np.ndarray, hit_blocks: np.ndarray,
+                      used_blocks: np.ndarray, evictions: np.ndarray, admitted: np.ndarray) -> None:
     """Replay requests ``start..stop-1`` (state carries over between calls).
 
     Outputs per request: ``hit_blocks`` (full blocks reused), ``used_blocks`` (cached
@@ -91,28 +74,18 @@ def vllm_replay_range(offsets: np.ndarray, block_ids: np.ndarray, input_tokens: 
         admitted[r] = True
         limit = min(full, (n - 1) // block_size) if n > 0 else 0
         h = 0
-        while h < limit and key_head[block_ids[a + h]] != -1:
+        while h < limit and copy_next[capacity + block_ids[a + h]] != capacity + block_ids[a + h]:
             h += 1
         hit_blocks[r] = h
-        for j in range(h):  # touch: hit blocks leave the free queue
-            s = key_head[block_ids[a + j]]
-            _unlink(q_next, q_prev, s)
+        for j in range(h):  # touch: hit blocks (each key's oldest copy) leave the free queue
+            s = copy_next[capacity + block_ids[a + j]]
+            list_unlink(q_prev, q_next, s)
             table[j] = s
         ev = 0
         for j in range(h, need):  # new blocks from the queue head, lazily evicting their keys
-            s = q_next[sentinel]
-            _unlink(q_next, q_prev, s)
-            k = slot_key[s]
-            if k != -1:
-                p, q = copy_prev[s], copy_next[s]
-                if p == -1:
-                    key_head[k] = q
-                else:
-                    copy_next[p] = q
-                if q == -1:
-                    key_tail[k] = p
-                else:
-                    copy_prev[q] = p
+            s = list_pop_front(q_prev, q_next, sentinel)
+            if slot_key[s] != -1:
+                list_unlink(copy_prev, copy_next, s)
                 slot_key[s] = -1
                 counters[0] -= 1
                 ev += 1
@@ -122,18 +95,12 @@ def vllm_replay_range(offsets: np.ndarray, block_ids: np.ndarray, input_tokens: 
             s = table[j]
             k = block_ids[a + j]
             slot_key[s] = k
-            copy_next[s] = -1
-            copy_prev[s] = key_tail[k]
-            if key_tail[k] == -1:
-                key_head[k] = s
-            else:
-                copy_next[key_tail[k]] = s
-            key_tail[k] = s
+            list_push_back(copy_prev, copy_next, capacity + k, s)
             counters[0] += 1
         for j in range(need - 1, -1, -1):  # free in reverse
             s = table[j]
             if current_order and slot_key[s] == -1:
-                _insert_after(q_next, q_prev, sentinel, s)  # unhashed: to the head
+                list_insert_after(q_prev, q_next, sentinel, s)  # unhashed: to the head
             else:
-                _insert_after(q_next, q_prev, q_prev[sentinel], s)  # to the tail
+                list_push_back(q_prev, q_next, sentinel, s)  # to the tail
         used_blocks[r] = counters[0]

@@ -11,7 +11,10 @@ piece                                  what it cares about         in → out
 :func:`mooncake_break_even_bandwidth`  Mooncake FAST'25 Eq. 2      prefix length, model, GPUs → bytes/s
 :func:`tokens_to_load`                 LMCache connector (L4)      local hit, tier hit → tokens to onboard
 :class:`TieredStore`                  tiers, write policy, pins   requests → hit tiers, moves, counters, events
-:func:`replay_tiered`                  a trace through tiers       numba kernel (LRU tiers) or the store → frames
+:func:`replay_tiered`                  a trace through tiers       numba driver (a policy state per tier) or the
+                                                                   store → :class:`TieredReplayResult`
+:class:`TieredConfig`                  a tiered configuration      :class:`TierSpec` per tier, write policy …
+                                                                   (checked on construction)
 :class:`Tier`                          one tier                    capacity + policy plug-in + pins + counters
 :class:`TierEvent`                     what a store publishes      state changes → vLLM KV events (``medium``)
 =====================================  ==========================  ==============================================
@@ -36,9 +39,11 @@ from kvlab.tiers.devices import DEVICES, Device, get_device
 from kvlab.tiers.models import GPU_FLOPS, MODELS, ModelSpec, get_gpu_flops, get_model
 
 from kvlab.tiers.events import TierEvent, apply_kv_events, to_kv_events
-from kvlab.tiers.replay import TieredReplayResult, replay_tiered
-from kvlab.tiers.store import WRITE_POLICIES, LookupResult, TieredStore, TierSpec
+from kvlab.tiers.replay import replay_tiered
+from kvlab.tiers.result import TieredReplayResult, TieredSummary, TierSummary
+from kvlab.tiers.store import TieredStore
 from kvlab.tiers.tier import Tier, TierCounters
+from kvlab.tiers.types import WRITE_POLICIES, LookupResult, TieredConfig, TierSpec
 
 __all__ = [
     "DEVICES",
@@ -53,8 +58,11 @@ __all__ = [
     "TierEvent",
     "TierHit",
     "TierSpec",
+    "TierSummary",
+    "TieredConfig",
     "TieredReplayResult",
     "TieredStore",
+    "TieredSummary",
     "WRITE_POLICIES",
     "apply_kv_events",
     "fetch_time_s",

@@ -1,7 +1,7 @@
 """A tiered KV store: an ordered list of tiers, a write policy, promotion, pins, events.
 
-The readable reference model (the oracle for the numba kernel in
-:mod:`kvlab.tiers.kernel`). Blocks are u64 keys (one per block of a prompt, chained).
+The readable reference model (the oracle for the numba driver in
+:mod:`kvlab.tiers.driver`). Blocks are u64 keys (one per block of a prompt, chained).
 
 **Lookup** walks the blocks of a request in order and, for each, the tiers in order;
 the first tier holding it answers and the walk stops at the first block no tier holds:
@@ -55,11 +55,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-import numpy as np
-
+from kvlab.core.semantics import TOUCH_ORDERS
+from kvlab.core.validate import check_choice, check_positive
 from kvlab.tiers.events import TierEvent, to_kv_events
-from kvlab.tiers.types import WALKS, WRITE_POLICIES, LookupResult, TierSpec, check_keys, tier_specs
 from kvlab.tiers.tier import Tier
+from kvlab.tiers.types import WRITE_POLICIES, LookupResult, TieredConfig, TierSpec, check_keys
+
+__all__ = ["WRITE_POLICIES", "LookupResult", "TierSpec", "TieredStore"]
+
 
 class TieredStore:
     """Tiers in order (fastest first), a write policy, promotion on lower-tier hits.
@@ -92,25 +95,12 @@ class TieredStore:
 
     def __init__(self, tiers: Sequence[TierSpec | tuple], *, write_policy: str = "write_back", promote: bool = True,
                  selective_hits: int = 2, walk: str = "per_block", block_size_tokens: int = 16) -> None:
-        specs = tier_specs(tiers)
-        if not specs:
-            raise ValueError("a tiered store needs at least one tier")
-        names = [s.name for s in specs]
-        if len(set(names)) != len(names):
-            raise ValueError(f"tier names must be unique, got {names}")
-        if write_policy not in WRITE_POLICIES:
-            raise ValueError(f"write_policy must be one of {WRITE_POLICIES}, got {write_policy!r}")
-        if walk not in WALKS:
-            raise ValueError(f"walk must be one of {WALKS}, got {walk!r}")
-        if not isinstance(selective_hits, int) or isinstance(selective_hits, bool) or selective_hits < 1:
-            raise ValueError(f"selective_hits must be an integer >= 1, got {selective_hits!r}")
-        if not isinstance(promote, (bool, np.bool_)):
-            raise ValueError(f"promote must be a bool, got {promote!r}")
-        if isinstance(block_size_tokens, bool) or not isinstance(block_size_tokens, (int, np.integer)) \
-                or block_size_tokens < 1:
-            raise ValueError(f"block_size_tokens must be an integer >= 1, got {block_size_tokens!r}")
-        self.tiers = [Tier(s.name, s.capacity_blocks, s.policy) for s in specs]
-        self.write_policy, self.promote, self.selective_hits, self.walk = write_policy, bool(promote), selective_hits, walk
+        config = TieredConfig(tiers, write_policy=write_policy, promote=promote, selective_hits=selective_hits,
+                              walk=walk)  # checks them
+        block_size_tokens = check_positive("block_size_tokens", block_size_tokens)
+        self.tiers = [Tier(s.name, s.capacity_blocks, s.policy) for s in config.tiers]
+        self.write_policy, self.promote, self.walk = config.write_policy, config.promote, config.walk
+        self.selective_hits = config.selective_hits
         self.block_size_tokens = block_size_tokens
         self.events: list[TierEvent] = []
         self._uses: dict[int, int] = {}  # block -> uses (for write_through_selective)
@@ -152,8 +142,7 @@ class TieredStore:
         """One request of a cache-level replay: look up, then serve every hit block and
         store every computed one, in ``touch_order`` (``"head_most_recent"``: the tail
         first, so the head ends most recent, as :func:`kvlab.sim.replay`)."""
-        if touch_order not in ("head_most_recent", "tail_most_recent"):
-            raise ValueError(f"touch_order must be 'head_most_recent' or 'tail_most_recent', got {touch_order!r}")
+        check_choice("touch_order", touch_order, TOUCH_ORDERS)
         keys = check_keys(keys)
         result = self.lookup(keys)
         order = range(len(keys) - 1, -1, -1) if touch_order == "head_most_recent" else range(len(keys))

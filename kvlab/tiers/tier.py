@@ -14,13 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kvlab.policies import POLICIES, get_policy
-from kvlab.policies.base import check_capacity
-
-
-def tier_policies() -> list[str]:
-    """Registered policies a tier can run (those whose reference does not read the trace)."""
-    return sorted(n for n, s in POLICIES.items() if not s.reference_uses_trace)
+from kvlab.core.validate import check_count
+from kvlab.policies import get_policy
+from kvlab.tiers.types import TierSpec
 
 
 @dataclass
@@ -80,10 +76,8 @@ class Tier:
         policy: a registered policy name (:mod:`kvlab.policies`), or ``None``: never
             evict (a full tier stores nothing more, as Opal's tiers).
 
-    Policies whose reference reads the whole trace (``belady``, ``length_aware``,
-    ``leaf_first_lru``: ``reference_uses_trace``) are not supported in a tier: their
-    per-reference facts (next use, position, parent) belong to a trace position, and a
-    block demoted or promoted between tiers has none.
+    Policies whose reference reads the whole trace are not supported in a tier
+    (:class:`~kvlab.tiers.types.TierSpec` says why).
 
     Raises:
         ValueError: an empty name, a bad capacity, an unknown or unsupported policy.
@@ -97,23 +91,10 @@ class Tier:
     """
 
     def __init__(self, name: str, capacity_blocks: int | None, policy: str | None = "lru") -> None:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"tier name must be a non-empty string, got {name!r}")
-        self.name = name
-        try:
-            self.capacity_blocks = check_capacity(capacity_blocks)
-        except ValueError as err:
-            raise ValueError(f"tier {name!r}: {err}") from None
-        if policy == "none":
-            policy = None
-        if policy is not None and policy not in POLICIES:
-            raise ValueError(f"unknown policy {policy!r} for tier {name!r}; tier policies: {tier_policies()} or None")
-        self.policy_name = policy
-        self.evicts = policy is not None
-        self._spec = get_policy("lru" if policy is None else policy)  # None: LRU bookkeeping, never asked to evict
-        if self._spec.reference_uses_trace:
-            raise ValueError(f"policy {policy!r} of tier {name!r} reads the whole trace and cannot run in a tier; "
-                             f"tier policies: {tier_policies()} or None")
+        spec = TierSpec(name, capacity_blocks, policy)  # checks them
+        self.name, self.capacity_blocks, self.policy_name = spec.name, spec.capacity_blocks, spec.policy
+        self.evicts = spec.policy is not None
+        self._spec = get_policy(spec.policy or "lru")  # None: LRU bookkeeping, never asked to evict
         self._policy = self._new_policy(self.capacity_blocks)
         self._held: set[int] = set()  # blocks inside the policy (evictable)
         self.pins: dict[int, int] = {}  # block -> pin count (pinned blocks are outside the policy)
@@ -240,10 +221,7 @@ class Tier:
             ValueError: a bad capacity, fewer blocks than are pinned, or fewer than are
                 resident in a tier that never evicts.
         """
-        try:
-            capacity_blocks = check_capacity(capacity_blocks)
-        except ValueError as err:
-            raise ValueError(f"tier {self.name!r}: {err}") from None
+        capacity_blocks = check_count(f"tier {self.name!r}: capacity_blocks", capacity_blocks, optional=True)
         if capacity_blocks is not None and capacity_blocks < len(self.pins):
             raise ValueError(f"capacity_blocks={capacity_blocks} is below the {len(self.pins)} blocks pinned "
                              f"in tier {self.name!r}")

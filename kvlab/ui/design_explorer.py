@@ -2,8 +2,8 @@
 
 Each tier is sized in GiB; with the model's KV bytes per token and the chunk size that is
 a capacity in blocks. Moving a control re-runs :func:`kvlab.tiers.replay.replay_tiered`
-(the numba kernel when every tier is LRU) and redraws: resident GiB per tier over time
-with capacity lines, the hit breakdown by tier, bytes moved per link and the estimated
+(the numba driver, whatever the tiers' policies) and redraws: resident GiB per tier over
+time with capacity lines, the hit breakdown by tier, bytes moved per link and the estimated
 TTFT saved (:func:`kvlab.tiers.cost.ttft_saved_s`, per request).
 """
 
@@ -17,12 +17,13 @@ import ipywidgets as widgets
 import numpy as np
 import polars as pl
 
-from kvlab.policies import POLICIES
+from kvlab.core.validate import check_real
 from kvlab.tiers.cost import TierHit, load_or_recompute
 from kvlab.tiers.devices import get_device
 from kvlab.tiers.models import MODELS, ModelSpec, get_gpu_flops, get_model
-from kvlab.tiers.replay import TieredReplayResult, replay_tiered
-from kvlab.tiers.store import WRITE_POLICIES, TierSpec
+from kvlab.tiers.replay import replay_tiered
+from kvlab.tiers.result import TieredReplayResult
+from kvlab.tiers.types import WRITE_POLICIES, TierSpec, tier_policies
 from kvlab.traces import Trace
 
 #: The tiers the explorer offers, fastest first: (name, device, link to the GPU, default GiB).
@@ -32,7 +33,9 @@ TIER_DEVICES: tuple[tuple[str, str, str | None, float], ...] = (
     ("NVMe", "nvme_gen5", "pcie_gen5_x16", 512.0),
 )
 #: Policies a tier can run (those that do not read the whole trace), plus no eviction.
-TIER_POLICIES = [name for name, spec in POLICIES.items() if not spec.reference_uses_trace] + ["none"]
+TIER_POLICIES = [*tier_policies(), "none"]
+#: Most points per tier in the occupancy chart.
+CHART_POINTS = 600
 _GIB = 2**30
 
 
@@ -49,10 +52,12 @@ class DesignExplorer:
         model: a :data:`~kvlab.tiers.models.MODELS` name.
         gpu: a :data:`~kvlab.tiers.models.GPU_FLOPS` name (for the recompute estimate).
 
-    Every tier LRU runs the numba kernel (tens of ms per change on the bundled traces);
-    any other tier policy runs the reference store (seconds per change).
         debounce_s: wait this long after the last control change before recomputing
             (0: recompute at once — what the tests use).
+
+    Every change runs the numba driver: tens of ms on the bundled traces (a combination of
+    tier policies not seen before in the session first compiles, a few seconds;
+    ``benchmarks/README.md``).
 
     Raises:
         ValueError: not a Trace, an unknown model or GPU, a negative debounce.
@@ -63,7 +68,7 @@ class DesignExplorer:
         >>> panel.capacity_gib[0].value = 2.0   # GPU: 2 GiB = 32 blocks of 512 tokens (64 MiB each, Llama-3.1-8B)
         >>> panel.capacity_blocks()
         [32, 1024]
-        >>> sorted(panel.result.summary["tier_hit_blocks"])
+        >>> sorted(panel.result.summary.tier_hit_blocks)
         ['CPU', 'GPU']
     """
 
@@ -73,9 +78,8 @@ class DesignExplorer:
             raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
         get_model(model)
         gpu_flops = get_gpu_flops(gpu)
-        if isinstance(debounce_s, bool) or not isinstance(debounce_s, (int, float)) or debounce_s < 0:
-            raise ValueError(f"debounce_s must be a number >= 0, got {debounce_s!r}")
-        self.trace, self.gpu_flops, self.debounce_s = trace, gpu_flops, float(debounce_s)
+        debounce_s = check_real("debounce_s", debounce_s, low=0.0)
+        self.trace, self.gpu_flops, self.debounce_s = trace, gpu_flops, debounce_s
         self._timer: threading.Timer | None = None
         self._rechunked: dict[int, Trace] = {1: trace}
         self.chunk = widgets.Dropdown(options=[(f"{trace.block_size * k:,} tokens", k) for k in (1, 2, 4, 8)],
@@ -85,8 +89,8 @@ class DesignExplorer:
         self.capacity_gib = [widgets.FloatLogSlider(value=gib, base=2, min=-4, max=14, step=0.5, description=name,
                                                     continuous_update=False, readout_format=".3g")
                              for name, _, _, gib in TIER_DEVICES]
-        self.policy = [widgets.Dropdown(options=TIER_POLICIES, value="lru", description="policy", layout={"width": "220px"})
-                       for _ in TIER_DEVICES]
+        self.policy = [widgets.Dropdown(options=TIER_POLICIES, value="lru", description="policy",
+                                        layout={"width": "220px"}) for _ in TIER_DEVICES]
         self.write_policy = widgets.ToggleButtons(options=list(WRITE_POLICIES), value="write_back", description="writes")
         self.promote = widgets.Checkbox(value=True, description="promote lower-tier hits")
         self.summary = widgets.HTML()
@@ -122,9 +126,8 @@ class DesignExplorer:
         return [int(self.capacity_gib[i].value * _GIB) // self.block_bytes for i in range(self.n_tiers.value)]
 
     def tiers(self) -> list[TierSpec]:
-        """The active tiers as :class:`~kvlab.tiers.store.TierSpec`."""
-        return [TierSpec(TIER_DEVICES[i][0], cap, None if self.policy[i].value == "none" else self.policy[i].value)
-                for i, cap in enumerate(self.capacity_blocks())]
+        """The active tiers as :class:`~kvlab.tiers.types.TierSpec`."""
+        return [TierSpec(TIER_DEVICES[i][0], cap, self.policy[i].value) for i, cap in enumerate(self.capacity_blocks())]
 
     def workload(self) -> Trace:
         """The trace at the selected chunk size (cached per size)."""
@@ -146,11 +149,11 @@ class DesignExplorer:
         copies, spills; not promotions from a tier below), ``"CPU→"`` every block read from
         it (served to a request, or promoted to any tier above). Each transfer is counted
         once, at its destination (``→``) or at its source (``…→``)."""
-        c = {row["tier"]: row for row in self.result.tier_counters.iter_rows(named=True)}
         moved = {}
-        for name in self.result.tier_names[1:]:
-            moved[f"→{name}"] = (c[name]["written_blocks"] - c[name]["promoted_in_blocks"]) * self.block_bytes
-            moved[f"{name}→"] = c[name]["read_blocks"] * self.block_bytes
+        for tier in self.result.summary.tiers[1:]:
+            c = tier.counters
+            moved[f"→{tier.name}"] = (c.written_blocks - c.promoted_in_blocks) * self.block_bytes
+            moved[f"{tier.name}→"] = c.read_blocks * self.block_bytes
         return moved
 
     def ttft_saved_s(self) -> float:
@@ -176,7 +179,11 @@ class DesignExplorer:
     def make_chart(self, result: TieredReplayResult) -> alt.VConcatChart:
         """Resident GiB per tier over time (dashed: capacities) above the hit breakdown."""
         gib = self.block_bytes / _GIB
-        timeline = result.timeline(max_points=600).with_columns(resident_gib=pl.col("value") * gib)
+        steps = result.timeline["step"].unique().sort()
+        if steps.len() > CHART_POINTS:  # evenly spaced steps, the first and the last included
+            steps = steps.gather(np.unique(np.linspace(0, steps.len() - 1, CHART_POINTS).round().astype(np.int64)))
+        timeline = result.timeline.filter(pl.col("step").is_in(steps.implode())).with_columns(
+            resident_gib=pl.col("value") * gib)
         caps = pl.DataFrame({"tier": result.tier_names,
                              "capacity_gib": [c * gib for c in self.capacity_blocks()]})
         color = alt.Color("tier:N", sort=result.tier_names, title="tier")
@@ -185,9 +192,9 @@ class DesignExplorer:
             tooltip=["tier:N", "time_s:Q", alt.Tooltip("value:Q", title="blocks"),
                      alt.Tooltip("resident_gib:Q", format=".2f")])
         rules = alt.Chart(caps).mark_rule(strokeDash=[5, 3]).encode(y="capacity_gib:Q", color=color)
-        hits = result.summary["tier_hit_blocks"]
+        hits = result.summary.tier_hit_blocks
         breakdown = pl.DataFrame({"served by": [*hits, "computed"],
-                                  "blocks": [*hits.values(), result.summary["block_refs"] - result.summary["hit_blocks"]]})
+                                  "blocks": [*hits.values(), result.summary.block_refs - result.summary.hit_blocks]})
         bars = alt.Chart(breakdown).mark_bar().encode(
             x=alt.X("blocks:Q", title="block references"), y=alt.Y("served by:N", sort=None, title=None),
             color=alt.Color("served by:N", legend=None), tooltip=["served by:N", "blocks:Q"])
@@ -213,11 +220,11 @@ class DesignExplorer:
 
     def _show_summary(self) -> None:
         s = self.result.summary
-        per_tier = ", ".join(f"{t} {b:,}" for t, b in s["tier_hit_blocks"].items())
+        per_tier = ", ".join(f"{t} {b:,}" for t, b in s.tier_hit_blocks.items())
         moved = ", ".join(f"{link} {b / _GIB:,.1f} GiB" for link, b in self.bytes_moved().items()) or "none"
-        self.summary.value = (f"<b>block hit ratio</b> {s['block_hit_ratio']:.4f} &nbsp; <b>hits by tier</b> "
+        self.summary.value = (f"<b>block hit ratio</b> {s.block_hit_ratio:.4f} &nbsp; <b>hits by tier</b> "
                               f"{per_tier} &nbsp; <b>moved</b> {moved} &nbsp; <b>est. TTFT saved</b> "
-                              f"{self.ttft_saved_s():,.1f} s over {s['requests']:,} requests")
+                              f"{self.ttft_saved_s():,.1f} s over {s.requests:,} requests")
 
     def _repr_mimebundle_(self, **kwargs: object) -> dict:
         return self.ui._repr_mimebundle_(**kwargs)

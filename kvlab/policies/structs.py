@@ -1,0 +1,127 @@
+"""The two data structures every numba kernel shares: an intrusive doubly linked list and an
+indexed binary heap, over dense ids.
+
+**Lists.** Two arrays ``prev`` and ``next`` (any integer dtype) link entries by index; a list
+is headed by a *sentinel* entry, circular: ``next[sentinel]`` is the first (oldest, least
+recent) entry, ``prev[sentinel]`` the last (newest, most recent); an empty list's sentinel
+links to itself. Several lists can share one pair of arrays (S3-FIFO's three queues, ARC's
+four lists), each with its own sentinel (:func:`make_lists` puts them after the ``n``
+entries). Every operation is O(1) and never checks membership: unlinking an entry that is
+not on a list corrupts the lists. vLLM v1's ``FreeKVCacheBlockQueue`` is the same structure.
+
+**Heaps.** ``heap`` holds ids in slots ``0 .. size - 1`` (a binary heap: the root, slot 0,
+is the first in the order), ``slot[id]`` is an id's slot (the caller keeps ``-1`` for ids
+not in the heap, when it needs to know), and ``less(data, a, b)`` — a numba function
+passed as an argument, with ``data`` whatever it reads (an array or a tuple of arrays) —
+says whether id ``a`` comes before id ``b``. Numba compiles one specialisation per
+``less``, so a min-heap, a max-heap and a lexicographic order share the code.
+
+The functions are compiled inline into each kernel (``inline="always"``), so a kernel
+written with them is the kernel written by hand.
+
+Example:
+    >>> import numpy as np
+    >>> prev, nxt = make_lists(4, 1)          # ids 0..3, one list headed by sentinel 4
+    >>> for k in (2, 0, 3):
+    ...     list_push_back(prev, nxt, 4, k)
+    >>> list_unlink(prev, nxt, 0)
+    >>> int(list_pop_front(prev, nxt, 4)), int(nxt[4]), int(prev[4])
+    (2, 3, 3)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+def make_lists(n: int, n_lists: int, dtype: type = np.int32) -> tuple[np.ndarray, np.ndarray]:
+    """``prev``, ``next`` (``dtype[n + n_lists]``) for entries ``0 .. n - 1`` and ``n_lists``
+    empty lists whose sentinels are ``n .. n + n_lists - 1`` (each linked to itself; the
+    entries' links are unset until pushed: they hold ``n``)."""
+    prev = np.full(n + n_lists, n, dtype=dtype)
+    nxt = np.full(n + n_lists, n, dtype=dtype)
+    prev[n:] = nxt[n:] = np.arange(n, n + n_lists, dtype=dtype)
+    return prev, nxt
+
+
+@njit(inline="always")
+def list_unlink(prev, nxt, k):  # noqa: ANN001, ANN201 - numba helper
+    """Take entry ``k`` out of the list it is on (its own links are left stale)."""
+    p = prev[k]
+    q = nxt[k]
+    nxt[p] = q
+    prev[q] = p
+
+
+@njit(inline="always")
+def list_insert_after(prev, nxt, at, k):  # noqa: ANN001, ANN201
+    """Link entry ``k`` right after entry (or sentinel) ``at``."""
+    q = nxt[at]
+    nxt[at] = k
+    prev[k] = at
+    nxt[k] = q
+    prev[q] = k
+
+
+@njit(inline="always")
+def list_push_back(prev, nxt, sentinel, k):  # noqa: ANN001, ANN201
+    """Append entry ``k`` as the last (newest) of the list headed by ``sentinel``."""
+    last = prev[sentinel]
+    nxt[last] = k
+    prev[k] = last
+    nxt[k] = sentinel
+    prev[sentinel] = k
+
+
+@njit(inline="always")
+def list_pop_front(prev, nxt, sentinel):  # noqa: ANN001, ANN201
+    """Unlink and return the first (oldest) entry of a non-empty list."""
+    k = nxt[sentinel]
+    q = nxt[k]
+    nxt[sentinel] = q
+    prev[q] = sentinel
+    return k
+
+
+@njit(inline="always")
+def heap_sift(heap, slot, i, size, less, data):  # noqa: ANN001, ANN201
+    """Restore the heap order around slot ``i`` (its id moved either way): sift it up past
+    every parent it comes before, then down past every child that comes before it (the
+    earlier child first); ``slot`` follows every id moved."""
+    k = heap[i]
+    while i > 0 and less(data, k, heap[(i - 1) // 2]):  # up
+        heap[i] = heap[(i - 1) // 2]
+        slot[heap[i]] = i
+        i = (i - 1) // 2
+    while 2 * i + 1 < size:  # down
+        child = 2 * i + 1
+        if child + 1 < size and less(data, heap[child + 1], heap[child]):
+            child += 1
+        if not less(data, heap[child], k):
+            break
+        heap[i] = heap[child]
+        slot[heap[i]] = i
+        i = child
+    heap[i] = k
+    slot[k] = i
+
+
+@njit(inline="always")
+def heap_push(heap, slot, k, size, less, data):  # noqa: ANN001, ANN201
+    """Add id ``k`` to a heap of ``size`` ids (``heap`` has room); returns the new size."""
+    heap[size] = k
+    heap_sift(heap, slot, size, size + 1, less, data)
+    return size + 1
+
+
+@njit(inline="always")
+def heap_remove(heap, slot, i, size, less, data):  # noqa: ANN001, ANN201
+    """Remove the id in slot ``i`` (``slot`` of it becomes ``-1``; the last id fills the
+    hole); returns the new size."""
+    slot[heap[i]] = -1
+    size -= 1
+    if i < size:
+        heap[i] = heap[size]
+        heap_sift(heap, slot, i, size, less, data)
+    return size
