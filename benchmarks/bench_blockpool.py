@@ -19,6 +19,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,7 @@ OPS_ROUNDS = 3_000
 OPS_BLOCKS = 16
 
 
-def timed(fn) -> tuple[float, object]:
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
     """CPU seconds of one call of ``fn``, and its result."""
     start = time.process_time()
     out = fn()

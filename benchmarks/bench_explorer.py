@@ -6,7 +6,8 @@ one control (a tier's GiB, the write policy, the tier count, the chunk size, the
 policy) and the panel recomputes the tiered replay (the numba driver), the summary (bytes
 moved, TTFT saved) and the chart spec. Every value a step sets is visited once before the
 timings, and every combination of tier policies the steps reach, so the numba driver compiles
-outside them (the first visit's time, compilation included, is reported as ``first_visit_s``). Reported per control: the median and worst CPU time
+outside them (the first visit's time, compilation included, is reported as ``first_visit_s``).
+Reported per control: the median and worst CPU time
 (``time.process_time``) over the repeats, against the issue's budget of 200 ms ("feels live");
 the anchor is the same recomputation through the reference store (``engine="reference"``),
 timed once, as a ratio. The load average is recorded.

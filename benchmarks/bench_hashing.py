@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +51,7 @@ def sha256_limit_loop(tokens: list[int]) -> tuple[callable, callable]:
     return run
 
 
-def xxh3_loop(token_bytes: bytes, n_blocks: int):
+def xxh3_loop(token_bytes: bytes, n_blocks: int) -> Callable[[], int]:
     """A chained xxh3_64 loop over the blocks' u32 token bytes."""
     width = BLOCK_SIZE * 4
     blocks = [token_bytes[i * width:(i + 1) * width] for i in range(n_blocks)]

@@ -40,7 +40,7 @@ import gc
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -109,7 +109,7 @@ class Workload:
         self.hot = self.request[n:].tolist()
         self.hot_engine = self.engine[n:].tolist()
 
-    def stores(self):
+    def stores(self) -> Iterator[tuple[int, list[int], list[int]]]:
         """``(pod, engine keys, request keys)`` of every store: background first, then the request's."""
         for i in range(self.n_stores):
             lo = i * BLOCKS_PER_STORE

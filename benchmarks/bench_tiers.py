@@ -42,8 +42,10 @@ WRITE_POLICIES = ("write_back", "write_through")
 TIER_SETS = {"lru": ("lru", "lru", "lru"), "s3fifo_sieve_arc": ("s3fifo", "sieve", "arc")}
 #: Block refs/s of the deleted LRU kernels (the exclusive single-list kernel under write_back),
 #: as recorded in benchmarks/results/bench_tiers.json at commit f320063.
-DELETED_KERNEL = {("zipf_1.0_10M", "write_back"): 31_239_244, ("zipf_1.0_10M", "write_through"): 17_877_885,
-                  ("mooncake_conversation", "write_back"): 52_629_092, ("mooncake_conversation", "write_through"): 22_826_181}
+DELETED_KERNEL = {("zipf_1.0_10M", "write_back"): 31_239_244,
+                  ("zipf_1.0_10M", "write_through"): 17_877_885,
+                  ("mooncake_conversation", "write_back"): 52_629_092,
+                  ("mooncake_conversation", "write_through"): 22_826_181}
 
 
 def prefix(trace: Trace, refs: int) -> Trace:

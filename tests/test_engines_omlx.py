@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 from polars.testing import assert_frame_equal
+from test_engines_vllm import HASHER4, admit, ids, queue_ids, removed_keys
 
 from kvlab.engines.omlx.paged_cache import PagedBlockPool, PagedCacheManager
 from kvlab.engines.omlx.paged_ssd_cache import PagedSSDCache
 from kvlab.engines.vllm.request import Request
-from test_engines_vllm import HASHER4, admit, ids, queue_ids, removed_keys
 
 
 def make_manager(num_blocks: int, *, block_size: int = 4, free_order: str = "current", events: bool = False,

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
+from test_engines_vllm_state import BLOCK_SIZE, MAX_BLOCKS, NUM_BLOCKS, BlockPoolMachine
 
 from kvlab.engines.omlx.paged_cache import PagedBlockPool, PagedCacheManager
 from kvlab.engines.omlx.paged_ssd_cache import PagedSSDCache
 from kvlab.engines.vllm.request import Request
-from test_engines_vllm_state import BLOCK_SIZE, MAX_BLOCKS, NUM_BLOCKS, BlockPoolMachine
 
 
 class PagedCacheMachine(BlockPoolMachine):

@@ -9,10 +9,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kvlab.engines.sglang.radix_cache import MatchResult, RadixCache
 from kvlab.engines.sglang.allocator import TokenToKVPoolAllocator
-from kvlab.engines.sglang.tree_node import RadixKey
 from kvlab.engines.sglang.evict_policy import EVICTION_STRATEGIES, SLRUStrategy, get_eviction_strategy
+from kvlab.engines.sglang.radix_cache import MatchResult, RadixCache
+from kvlab.engines.sglang.tree_node import RadixKey
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored
 from kvlab.hashing.base import RequestExtras
 from kvlab.hashing.sglang_hash import SGLangHasher

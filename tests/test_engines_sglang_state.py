@@ -29,10 +29,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from kvlab.engines.sglang.radix_cache import RadixCache
-from kvlab.engines.sglang.tree_node import RadixKey, TreeNode
 from kvlab.engines.sglang.evict_policy import EVICTION_STRATEGIES
-from kvlab.engines.sglang.tree_node import iter_tree
+from kvlab.engines.sglang.radix_cache import RadixCache
+from kvlab.engines.sglang.tree_node import RadixKey, TreeNode, iter_tree
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored
 
 POOL_SLOTS = 64

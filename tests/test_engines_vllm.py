@@ -9,10 +9,10 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from kvlab.engines.vllm.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
-from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
-from kvlab.engines.vllm.request import Request
 from kvlab.engines.vllm.block_pool import BlockPool
+from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
+from kvlab.engines.vllm.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
+from kvlab.engines.vllm.request import Request
 from kvlab.engines.vllm.stats import PrefixCacheStats
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored
 from kvlab.hashing import RequestExtras, sim, vllm

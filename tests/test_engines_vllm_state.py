@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from polars.testing import assert_frame_equal
 
-from kvlab.engines.vllm.kv_cache_utils import KVCacheBlock
-from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
-from kvlab.engines.vllm.request import Request
 from kvlab.engines.vllm.block_pool import BlockPool
+from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
+from kvlab.engines.vllm.kv_cache_utils import KVCacheBlock
+from kvlab.engines.vllm.request import Request
 
 BLOCK_SIZE = 4
 NUM_BLOCKS = 9  # null block + 8

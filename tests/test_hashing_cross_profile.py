@@ -41,7 +41,8 @@ def test_the_profiles_never_share_a_key() -> None:
 def test_only_a_router_at_the_engines_block_size_matches() -> None:
     tokens = np.random.default_rng(1).integers(0, 32_000, size=1024).tolist()
     engine = set(hashing.dynamo(block_size=64).local_block_hashes(tokens))
-    matching = {b: len(set(hashing.dynamo(block_size=b).local_block_hashes(tokens)) & engine) for b in (16, 32, 64, 128)}
+    matching = {b: len(set(hashing.dynamo(block_size=b).local_block_hashes(tokens)) & engine)
+                for b in (16, 32, 64, 128)}
     assert matching == {16: 0, 32: 0, 64: 16, 128: 0}
 
 

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import polars as pl
 import pytest
-from conftest import chained_traces, make_trace, scramble
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import chained_traces, make_trace, scramble
 from kvlab.engines.replay import replay_requests
 from kvlab.hashing import sim
 from kvlab.index import FaultInjector, MaxPrefixScorer, route_requests, trace_token_ids

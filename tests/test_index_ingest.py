@@ -15,12 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvlab.engines.sglang.radix_cache import RadixCache
+from kvlab.engines.sglang.tree_node import RadixKey, iter_tree
+from kvlab.engines.vllm.block_pool import BlockPool
 from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
 from kvlab.engines.vllm.request import Request
-from kvlab.engines.vllm.block_pool import BlockPool
-from kvlab.engines.sglang.radix_cache import RadixCache
-from kvlab.engines.sglang.tree_node import RadixKey
-from kvlab.engines.sglang.tree_node import iter_tree
 from kvlab.events import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, decode_frames, encode_frames
 from kvlab.hashing import RequestExtras, sim
 from kvlab.hashing.llmd_hash import LlmdHasher

@@ -6,8 +6,14 @@ import polars as pl
 import pytest
 
 from kvlab.events import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
-from kvlab.index import (EventIngestor, FaultInjector, InMemoryIndex, MaxPrefixScorer, replay_stream,
-                         request_keys_for_tokens)
+from kvlab.index import (
+    EventIngestor,
+    FaultInjector,
+    InMemoryIndex,
+    MaxPrefixScorer,
+    replay_stream,
+    request_keys_for_tokens,
+)
 
 BLOCK, PODS = 4, ["pod-a", "pod-b"]
 SYS, A, B, NEXT = [1, 2, 3, 4, 5, 6, 7, 8], [11, 12, 13, 14, 15, 16, 17, 18], [21, 22, 23, 24], [31, 32, 33, 34]

@@ -145,7 +145,8 @@ def test_capacities_keep_order_and_duplicates_and_must_not_be_empty() -> None:
     ({"warmup_fraction": "0.5"}, "warmup_fraction must be a finite number >= 0.0, got '0.5'"),
     ({"shards_rate": 0.0}, "shards_rate must be a finite number in (0.0, 1.0], got 0.0"),
     ({"shards_rate": 1.5}, "shards_rate must be a finite number in (0.0, 1.0], got 1.5"),
-    ({"shards_rate": 1e-9}, "shards_rate must be None or a number in (0, 1] that samples at least 1 in 2**24 keys (>= 2**-24), got 1e-09"),
+    ({"shards_rate": 1e-9}, "shards_rate must be None or a number in (0, 1] that samples at least 1 in 2**24 keys "
+                            "(>= 2**-24), got 1e-09"),
     ({"shards_rate": True}, "shards_rate must be a finite number in (0.0, 1.0], got True"),
     ({"seed": -1}, "seed must be an integer in [0, 2**64), got -1"),
     ({"seed": 2**64}, "seed must be an integer in [0, 2**64)"),

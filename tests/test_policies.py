@@ -87,7 +87,8 @@ def test_a_plug_in_exceeding_its_capacity_is_caught(conversation) -> None:
 
     register_policy(dataclasses.replace(get_policy("lru"), name="leaky", make_state=unbounded_state))
     try:
-        with pytest.raises(RuntimeError, match=r"policy 'leaky' exceeded capacity_blocks=10: 14 blocks resident after request 0"):
+        with pytest.raises(RuntimeError,
+                           match=r"policy 'leaky' exceeded capacity_blocks=10: 14 blocks resident after request 0"):
             replay(conversation.head(50), policy="leaky", capacity_blocks=10)
     finally:
         POLICIES.pop("leaky")

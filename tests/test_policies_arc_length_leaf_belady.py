@@ -8,7 +8,6 @@ class (positions, parents, next uses): their specs set ``reference_uses_trace`` 
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from hypothesis import given

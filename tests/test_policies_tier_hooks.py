@@ -19,8 +19,8 @@ from kvlab.policies.base import (
     kernel_touch,
     kernel_used,
 )
-from kvlab.traces.flat import flatten_block_keys
 from kvlab.tiers.types import tier_policies
+from kvlab.traces.flat import flatten_block_keys
 
 KEYS = 12
 OPS = st.lists(st.tuples(st.sampled_from(["access", "access", "access", "access", "remove", "evict"]),

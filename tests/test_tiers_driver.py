@@ -134,7 +134,8 @@ def test_summary_echoes_the_configuration() -> None:
     assert [(t["name"], t["capacity_blocks"], t["policy"]) for t in summary["tiers"]] == \
         [("GPU", 2, "sieve"), ("NVMe", None, None)]
     # write-through: 2, 1 into both; then 3 evicts 2 from the GPU (the oldest, unvisited), and 1 hits there
-    assert summary["tiers"][0]["counters"]["written_blocks"] == 3 and summary["tiers"][1]["counters"]["written_blocks"] == 3
+    assert summary["tiers"][0]["counters"]["written_blocks"] == 3
+    assert summary["tiers"][1]["counters"]["written_blocks"] == 3
     assert summary["tiers"][0]["counters"]["evicted_blocks"] == 1
     assert summary["tier_hit_blocks"] == {"GPU": 1, "NVMe": 0}
 

@@ -11,8 +11,16 @@ from kvlab.core import TIMELINE_SCHEMA, timeline_frame
 from kvlab.index import route_requests
 from kvlab.sim import replay, sweep
 from kvlab.traces import load_trace, rag
-from kvlab.viz import (downsample_timeline, hit_ratio_chart, hit_ratio_curve, hit_ratio_timeline, occupancy_chart,
-                       run_timeline, tier_breakdown, tier_breakdown_chart)
+from kvlab.viz import (
+    downsample_timeline,
+    hit_ratio_chart,
+    hit_ratio_curve,
+    hit_ratio_timeline,
+    occupancy_chart,
+    run_timeline,
+    tier_breakdown,
+    tier_breakdown_chart,
+)
 from kvlab.viz.run_charts import MAX_CHART_ROWS
 
 
@@ -29,8 +37,8 @@ def test_downsample_keeps_envelope_and_sums_counts(conversation) -> None:
     used = tl.filter(pl.col("metric") == "used_blocks")["value"]
     assert small.filter(pl.col("metric") == "used_blocks")["value"].max() == used.max() == 1_000
     for metric in ("evictions", "hit_blocks", "miss_blocks"):
-        total = lambda f: f.filter(pl.col("metric") == metric)["value"].sum()  # noqa: E731
-        assert total(small) == total(tl)
+        assert (small.filter(pl.col("metric") == metric)["value"].sum()
+                == tl.filter(pl.col("metric") == metric)["value"].sum())
 
 
 def test_downsample_rejects_bad_input() -> None:

@@ -35,7 +35,6 @@ from kvlab.blend.ranges import (
     prefix_run_tokens,
     unique_token_coverage,
 )
-
 from kvlab.blend.replay import RagConfig, RagSummary, replay_rag
 from kvlab.blend.savings import (
     DEFAULT_MIN_BLEND_TOKENS,

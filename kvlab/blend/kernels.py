@@ -174,7 +174,8 @@ def _check_table(table: np.ndarray, *, writable: bool) -> None:
 
 
 def _exact_ints(field: str, values: object, high: int, dtype: type) -> np.ndarray:
-    """``values`` as a 1-D ``dtype`` array if every item is an integer in ``[0, high]``, else ValueError naming ``field``.
+    """``values`` as a 1-D ``dtype`` array if every item is an integer in ``[0, high]``;
+    else ValueError naming ``field``.
 
     Only exact conversions: no float (truncated), bool or negative (wrapped) value passes.
     """

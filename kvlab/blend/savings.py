@@ -52,7 +52,8 @@ def _check_matches(matches: object) -> list[BlendMatch]:
 class PrefillSavings:
     """How one prompt's prefill splits into prefix hits, blended chunks and fresh tokens.
 
-    Fields (all token counts, ints ≥ 0; numpy integers are converted): ``prompt_tokens``; ``prefix_hit_tokens`` (the run from
+    Fields (all token counts, ints ≥ 0; numpy integers are converted): ``prompt_tokens``;
+    ``prefix_hit_tokens`` (the run from
     token 0 served by prefix caching); ``blended_tokens`` (reused non-prefix tokens);
     ``recomputed_blend_tokens`` (the share of ``blended_tokens`` recomputed, CacheBlend's
     selective recompute, B2); ``fresh_tokens`` (prefilled from scratch); ``blend_ranges``

@@ -195,7 +195,7 @@ def _same_tokens(stored, c, tokens, at, k):  # noqa: ANN001, ANN202 - stored[c] 
 
 @njit(cache=True, nogil=True)
 def _find(control, slot_entry, fingerprint, stored, used, copies, tokens, at, fp, group, tag,  # noqa: ANN001, ANN202
-          skip_used):
+          skip_used):  # noqa: ANN001
     """The content equal to ``tokens[at : at + k]`` (fingerprint ``fp``) or EMPTY; with ``skip_used``,
     contents whose copies are all reported this query are passed over."""
     gmask = control.shape[0] - 1

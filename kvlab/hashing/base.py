@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvlab.core.validate import check_count
-from kvlab.core.validate import check_int, check_positive, check_str, check_u64
+from kvlab.core.validate import check_count, check_int, check_positive, check_str, check_u64
 
 #: A block hash in an engine's native form.
 BlockHash = bytes | int | str

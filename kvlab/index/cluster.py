@@ -243,7 +243,8 @@ def route_requests(trace: Trace, *, n_pods: int = 2, capacity_blocks: int = 1_00
             ingestor.ingest_batch(d.pod, d.seq, d.batch)
         keys = [int(k) for k in ingestor.hasher.block_keys(tokens)] if len(tokens) else []
         engine_keys = [int(k) for k in engine_hasher.block_keys(tokens)] if len(tokens) else []
-        loads = {pod: PodLoad(tree_size_blocks=len(managers[pod].block_pool.cached_block_hash_to_block)) for pod in pods}
+        loads = {pod: PodLoad(tree_size_blocks=len(managers[pod].block_pool.cached_block_hash_to_block))
+                 for pod in pods}
         pod = config.scorer.select(keys, index, pods, loads=loads, rng=rng)
         credited = _index_prefix_blocks(keys, index, pod)
         true = {p: _cached_prefix_blocks(engine_keys, managers[p]) for p in pods}

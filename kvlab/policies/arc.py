@@ -112,7 +112,7 @@ class ARC:
             self._b2[victim] = None
         return victim
 
-    def access(self, block_id: int, ref_index: int) -> list[int]:
+    def access(self, block_id: int, ref_index: int) -> list[int]:  # noqa: ARG002 - Belady reads ref_index
         """Touch ``block_id`` (case I) or insert it (cases II–IV); return evicted ids."""
         x, c = block_id, self.capacity_blocks
         if x in self._t1 or x in self._t2:  # case I: hit, to the MRU end of T2
@@ -212,12 +212,12 @@ def _replace(prev, nxt, where, sizes, p, in_b2, n):  # noqa: ANN001, ANN202
     return victim
 
 
-def contains(state, block_id):  # noqa: ANN001 - numba hook
+def contains(state, block_id) -> bool:  # noqa: ANN001 - numba hook
     w = state.where[block_id]
     return w == 1 or w == 2
 
 
-def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - numba hook
+def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN001 - numba hook
     prev, nxt, where, sizes = state.prev, state.next, state.where, state.sizes
     n = where.shape[0]  # sentinels: T1 = n, T2 = n + 1, B1 = n + 2, B2 = n + 3
     c = sizes[4]
@@ -275,7 +275,7 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
     return n_evicted
 
 
-def touch(state, block_id):  # noqa: ANN001 - numba hook: case I, to the MRU end of T2
+def touch(state, block_id) -> None:  # noqa: ANN001 - numba hook: case I, to the MRU end of T2
     n = state.where.shape[0]
     list_unlink(state.prev, state.next, block_id)
     list_push_back(state.prev, state.next, n + 1, block_id)
@@ -285,7 +285,7 @@ def touch(state, block_id):  # noqa: ANN001 - numba hook: case I, to the MRU end
         state.sizes[1] += 1
 
 
-def insert(state, block_id):  # noqa: ANN001 - numba hook: the reference's access into a cache that is not full
+def insert(state, block_id) -> None:  # noqa: ANN001 - numba hook: the reference's access into a cache that is not full
     prev, nxt, where, sizes = state.prev, state.next, state.where, state.sizes
     n, c, x = where.shape[0], sizes[4], block_id
     w = where[x]
@@ -312,13 +312,13 @@ def insert(state, block_id):  # noqa: ANN001 - numba hook: the reference's acces
     sizes[0] += 1
 
 
-def evict(state):  # noqa: ANN001 - numba hook: REPLACE with x not in B2; p unchanged
+def evict(state) -> int:  # noqa: ANN001 - numba hook: REPLACE with x not in B2; p unchanged
     if state.sizes[0] + state.sizes[1] == 0:
         return -1
     return _replace(state.prev, state.next, state.where, state.sizes, state.p[0], False, state.where.shape[0])
 
 
-def remove(state, block_id):  # noqa: ANN001 - numba hook: out of T1/T2, no ghost entry
+def remove(state, block_id) -> bool:  # noqa: ANN001 - numba hook: out of T1/T2, no ghost entry
     w = state.where[block_id]
     if w != 1 and w != 2:
         return False
@@ -328,7 +328,7 @@ def remove(state, block_id):  # noqa: ANN001 - numba hook: out of T1/T2, no ghos
     return True
 
 
-def used(state):  # noqa: ANN001 - numba hook
+def used(state) -> int:  # noqa: ANN001 - numba hook
     return state.sizes[0] + state.sizes[1]
 
 

@@ -75,8 +75,9 @@ either by ``access`` (a replay) or by the tier hooks (a tier), never by both.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 from numba import types
@@ -212,7 +213,8 @@ def has_tier_hooks(state: NamedTuple) -> bool:
         >>> from kvlab.traces.flat import flatten_block_keys
         >>> import polars as pl
         >>> flat = flatten_block_keys(pl.Series([[1, 2]]), pl.Series([2]), block_size=1)
-        >>> has_tier_hooks(get_policy("lru").make_state(flat, 1)), has_tier_hooks(get_policy("belady").make_state(flat, 1))
+        >>> lru, belady = get_policy("lru"), get_policy("belady")
+        >>> has_tier_hooks(lru.make_state(flat, 1)), has_tier_hooks(belady.make_state(flat, 1))
         (True, False)
     """
     hooks = _HOOKS.get(type(state))
@@ -254,17 +256,17 @@ def register_kernel(state_class: type, *, contains: Callable[..., bool], access:
         return isinstance(state, types.BaseNamedTuple) and state.instance_class is state_class
 
     @overload(kernel_contains, inline="always")
-    def _contains(state, block_id):  # noqa: ANN001 - numba typing signature
+    def _contains(state, block_id):  # noqa: ANN001, ANN202, ARG001 - numba typing signature
         if is_mine(state):
             return contains
 
     @overload(kernel_access, inline="always")
-    def _access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001
+    def _access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001, ANN202, ARG001 - numba typing signature
         if is_mine(state):
             return access
 
     @overload(kernel_used, inline="always")
-    def _used(state):  # noqa: ANN001
+    def _used(state):  # noqa: ANN001, ANN202, ARG001 - numba typing signature
         if is_mine(state):
             return used
 
@@ -272,21 +274,21 @@ def register_kernel(state_class: type, *, contains: Callable[..., bool], access:
         return
 
     @overload(kernel_touch, inline="always")
-    def _touch(state, block_id):  # noqa: ANN001
+    def _touch(state, block_id):  # noqa: ANN001, ANN202, ARG001 - numba typing signature
         if is_mine(state):
             return touch
 
     @overload(kernel_insert, inline="always")
-    def _insert(state, block_id):  # noqa: ANN001
+    def _insert(state, block_id):  # noqa: ANN001, ANN202, ARG001 - numba typing signature
         if is_mine(state):
             return insert
 
     @overload(kernel_evict, inline="always")
-    def _evict(state):  # noqa: ANN001
+    def _evict(state):  # noqa: ANN001, ANN202, ARG001 - numba typing signature
         if is_mine(state):
             return evict
 
     @overload(kernel_remove, inline="always")
-    def _remove(state, block_id):  # noqa: ANN001
+    def _remove(state, block_id):  # noqa: ANN001, ANN202, ARG001 - numba typing signature
         if is_mine(state):
             return remove

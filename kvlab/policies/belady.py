@@ -180,11 +180,11 @@ def _later(prio, a, b):  # noqa: ANN001, ANN202 - the heap's order: furthest nex
     return prio[a] > prio[b]
 
 
-def contains(state, block_id):  # noqa: ANN001 - numba hook
+def contains(state, block_id) -> bool:  # noqa: ANN001 - numba hook
     return state.resident[block_id]
 
 
-def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - numba hook
+def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN001 - numba hook
     next_use, prio, resident, slot, heap, dead = state.next_use, state.prio, state.resident, state.slot, state.heap, \
         state.dead
     counters = state.counters

@@ -71,7 +71,7 @@ class FIFO:
         """Resident block ids, oldest (next victim) first."""
         return list(self._order)
 
-    def access(self, block_id: int, ref_index: int) -> list[int]:
+    def access(self, block_id: int, ref_index: int) -> list[int]:  # noqa: ARG002 - Belady reads ref_index
         """Insert ``block_id`` if missing (a hit changes nothing); return evicted ids."""
         if block_id in self._order or self.capacity_blocks == 0:
             return []
@@ -146,11 +146,11 @@ def _compact(ring, stale, head):  # noqa: ANN001, ANN202
     return n
 
 
-def contains(state, block_id):  # noqa: ANN001 - numba hook
+def contains(state, block_id) -> bool:  # noqa: ANN001 - numba hook
     return state.resident[block_id]
 
 
-def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - numba hook
+def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN001 - numba hook
     # a replay never removes: the entries are the resident blocks, in the ring's first half
     ring, resident, counters = state.ring, state.resident, state.counters
     used, capacity, head = counters[0], counters[1], counters[2]
@@ -176,11 +176,11 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
     return n_evicted
 
 
-def touch(state, block_id):  # noqa: ANN001, ARG001 - numba hook: a hit changes nothing
+def touch(state, block_id) -> None:  # noqa: ANN001, ARG001 - numba hook: a hit changes nothing
     return None
 
 
-def insert(state, block_id):  # noqa: ANN001 - numba hook
+def insert(state, block_id) -> None:  # noqa: ANN001 - numba hook
     ring, counters = state.ring, state.counters
     size = ring.shape[0]
     if counters[3] == size:  # full of entries, many stale
@@ -192,7 +192,7 @@ def insert(state, block_id):  # noqa: ANN001 - numba hook
     counters[0] += 1
 
 
-def evict(state):  # noqa: ANN001 - numba hook
+def evict(state) -> int:  # noqa: ANN001 - numba hook
     ring, stale, counters = state.ring, state.stale, state.counters
     if counters[0] == 0:
         return -1
@@ -211,7 +211,7 @@ def evict(state):  # noqa: ANN001 - numba hook
     return victim
 
 
-def remove(state, block_id):  # noqa: ANN001 - numba hook
+def remove(state, block_id) -> bool:  # noqa: ANN001 - numba hook
     if not state.resident[block_id]:
         return False
     state.resident[block_id] = False

@@ -92,7 +92,7 @@ class LeafFirstLRU:
         parents = {self._parent.get(k) for k in self._last}
         return sorted((k for k in self._last if k not in parents), key=self._last.__getitem__)
 
-    def access(self, block_id: int, ref_index: int) -> list[int]:
+    def access(self, block_id: int, ref_index: int) -> list[int]:  # noqa: ARG002 - Belady reads ref_index
         """Touch ``block_id`` or insert it; return evicted ids."""
         self._clock += 1
         if block_id in self._last or self.capacity_blocks == 0:
@@ -168,11 +168,11 @@ def _unqueue(where, slot, prev, nxt, heap, last, k, size):  # noqa: ANN001, ANN2
     return size
 
 
-def contains(state, block_id):  # noqa: ANN001 - numba hook
+def contains(state, block_id) -> bool:  # noqa: ANN001 - numba hook
     return state.resident[block_id]
 
 
-def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - numba hook
+def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN001 - numba hook
     parent, children, resident, last, where = state.parent, state.children, state.resident, state.last, state.where
     slot, prev, nxt, heap, counters = state.slot, state.prev, state.next, state.heap, state.counters
     sentinel = resident.shape[0]

@@ -148,11 +148,11 @@ def _lower(scores, a, b):  # noqa: ANN001, ANN202 - the heap's order: lowest (co
     return last[a] < last[b]
 
 
-def contains(state, block_id):  # noqa: ANN001 - numba hook
+def contains(state, block_id) -> bool:  # noqa: ANN001 - numba hook
     return state.slot[block_id] >= 0
 
 
-def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - numba hook
+def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN001 - numba hook
     count, depth, last, slot, heap = state.count, state.depth, state.last, state.slot, state.heap
     position, counters = state.position, state.counters
     used, capacity, clock = counters[0], counters[1], counters[2]

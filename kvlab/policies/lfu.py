@@ -80,7 +80,7 @@ class LFU:
         """Access count of every resident block, sorted by block id."""
         return dict(sorted(self._count.items()))
 
-    def access(self, block_id: int, ref_index: int) -> list[int]:
+    def access(self, block_id: int, ref_index: int) -> list[int]:  # noqa: ARG002 - Belady reads ref_index
         """Count a hit on ``block_id`` or insert it with count 1; return evicted ids."""
         count = self._count.get(block_id)
         if count is not None:
@@ -192,11 +192,11 @@ def _insert(prev, nxt, count, group_tail, block_id):  # noqa: ANN001, ANN202
     group_tail[1] = block_id
 
 
-def contains(state, block_id):  # noqa: ANN001 - numba hook
+def contains(state, block_id) -> bool:  # noqa: ANN001 - numba hook
     return state.count[block_id] > 0
 
 
-def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - numba hook
+def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN001 - numba hook
     prev, nxt, count, group_tail, counters = state.prev, state.next, state.count, state.group_tail, \
         state.counters
     used, capacity = counters[0], counters[1]
@@ -219,16 +219,16 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
     return n_evicted
 
 
-def touch(state, block_id):  # noqa: ANN001 - numba hook
+def touch(state, block_id) -> None:  # noqa: ANN001 - numba hook
     _hit(state.prev, state.next, state.count, state.group_tail, block_id)
 
 
-def insert(state, block_id):  # noqa: ANN001 - numba hook
+def insert(state, block_id) -> None:  # noqa: ANN001 - numba hook
     _insert(state.prev, state.next, state.count, state.group_tail, block_id)
     state.counters[0] += 1
 
 
-def evict(state):  # noqa: ANN001 - numba hook
+def evict(state) -> int:  # noqa: ANN001 - numba hook
     if state.counters[0] == 0:
         return -1
     victim = _evict(state.prev, state.next, state.count, state.group_tail)
@@ -236,7 +236,7 @@ def evict(state):  # noqa: ANN001 - numba hook
     return victim
 
 
-def remove(state, block_id):  # noqa: ANN001 - numba hook
+def remove(state, block_id) -> bool:  # noqa: ANN001 - numba hook
     prev, count, group_tail = state.prev, state.count, state.group_tail
     f = count[block_id]
     if f == 0:

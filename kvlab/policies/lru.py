@@ -51,7 +51,7 @@ class LRU:
         """Resident block ids, least recently used first."""
         return list(self._order)
 
-    def access(self, block_id: int, ref_index: int) -> list[int]:
+    def access(self, block_id: int, ref_index: int) -> list[int]:  # noqa: ARG002 - Belady reads ref_index
         """Touch ``block_id`` (move to most recent) or insert it; return evicted ids."""
         if block_id in self._order:
             self._order.move_to_end(block_id)
@@ -95,11 +95,11 @@ def make_state(flat: FlatTrace, capacity_blocks: int) -> LRUState:
     return LRUState(prev, nxt, np.zeros(flat.n_keys, dtype=np.bool_), np.array([0, capacity_blocks], dtype=np.int64))
 
 
-def contains(state, block_id):  # noqa: ANN001 - numba hook
+def contains(state, block_id) -> bool:  # noqa: ANN001 - numba hook
     return state.resident[block_id]
 
 
-def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - numba hook
+def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN001 - numba hook
     prev, nxt, resident, counters = state.prev, state.next, state.resident, state.counters
     sentinel = resident.shape[0]
     capacity = counters[1]
@@ -125,18 +125,18 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
     return n_evicted
 
 
-def touch(state, block_id):  # noqa: ANN001 - numba hook
+def touch(state, block_id) -> None:  # noqa: ANN001 - numba hook
     list_unlink(state.prev, state.next, block_id)
     list_push_back(state.prev, state.next, state.resident.shape[0], block_id)
 
 
-def insert(state, block_id):  # noqa: ANN001 - numba hook
+def insert(state, block_id) -> None:  # noqa: ANN001 - numba hook
     state.resident[block_id] = True
     state.counters[0] += 1
     list_push_back(state.prev, state.next, state.resident.shape[0], block_id)
 
 
-def evict(state):  # noqa: ANN001 - numba hook
+def evict(state) -> int:  # noqa: ANN001 - numba hook
     if state.counters[0] == 0:
         return -1
     victim = list_pop_front(state.prev, state.next, state.resident.shape[0])
@@ -145,7 +145,7 @@ def evict(state):  # noqa: ANN001 - numba hook
     return victim
 
 
-def remove(state, block_id):  # noqa: ANN001 - numba hook
+def remove(state, block_id) -> bool:  # noqa: ANN001 - numba hook
     if not state.resident[block_id]:
         return False
     list_unlink(state.prev, state.next, block_id)

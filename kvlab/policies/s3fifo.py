@@ -129,7 +129,7 @@ class S3FIFO:
         """Block ids of the small, main and ghost queues, oldest first."""
         return {"small": list(self._small), "main": list(self._main), "ghost": list(self._ghost)}
 
-    def access(self, block_id: int, ref_index: int) -> list[int]:
+    def access(self, block_id: int, ref_index: int) -> list[int]:  # noqa: ARG002 - Belady reads ref_index
         """Count a hit on ``block_id`` or insert it; return evicted ids (at most one)."""
         for queue in (self._small, self._main):
             if block_id in queue:
@@ -274,11 +274,11 @@ def _insert(prev, nxt, where, freq, counters, block_id, ghost_hit):  # noqa: ANN
     counters[1 if to_main else 0] += 1
 
 
-def contains(state, block_id):  # noqa: ANN001 - numba hook
+def contains(state, block_id) -> bool:  # noqa: ANN001 - numba hook
     return SMALL <= state.where[block_id] <= MAIN
 
 
-def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - numba hook
+def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN001 - numba hook
     prev, nxt, where, freq, counters = state.prev, state.next, state.where, state.freq, state.counters
     capacity = counters[3]
     n_evicted = 0
@@ -298,22 +298,22 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
     return n_evicted
 
 
-def touch(state, block_id):  # noqa: ANN001 - numba hook
+def touch(state, block_id) -> None:  # noqa: ANN001 - numba hook
     state.freq[block_id] = min(state.freq[block_id] + 1, 3)
 
 
-def insert(state, block_id):  # noqa: ANN001 - numba hook
+def insert(state, block_id) -> None:  # noqa: ANN001 - numba hook
     ghost_hit = _leave_ghost(state.prev, state.next, state.where, state.counters, block_id)
     _insert(state.prev, state.next, state.where, state.freq, state.counters, block_id, ghost_hit)
 
 
-def evict(state):  # noqa: ANN001 - numba hook
+def evict(state) -> int:  # noqa: ANN001 - numba hook
     if state.counters[0] + state.counters[1] == 0:
         return -1
     return _evict(state.prev, state.next, state.where, state.freq, state.counters)
 
 
-def remove(state, block_id):  # noqa: ANN001 - numba hook: no ghost entry
+def remove(state, block_id) -> bool:  # noqa: ANN001 - numba hook: no ghost entry
     w = state.where[block_id]
     if w != SMALL and w != MAIN:
         return False
@@ -323,7 +323,7 @@ def remove(state, block_id):  # noqa: ANN001 - numba hook: no ghost entry
     return True
 
 
-def used(state):  # noqa: ANN001 - numba hook
+def used(state) -> int:  # noqa: ANN001 - numba hook
     return state.counters[0] + state.counters[1]
 
 

@@ -79,7 +79,7 @@ class Sieve:
         """Resident block ids, oldest (tail) first."""
         return list(self._queue)
 
-    def access(self, block_id: int, ref_index: int) -> list[int]:
+    def access(self, block_id: int, ref_index: int) -> list[int]:  # noqa: ARG002 - Belady reads ref_index
         """Mark ``block_id`` visited, or insert it at the head; return evicted ids."""
         if block_id in self._visited:
             self._visited[block_id] = True
@@ -165,11 +165,11 @@ def _sift(newer, older, visited, hand):  # noqa: ANN001, ANN202
     return victim, hand
 
 
-def contains(state, block_id):  # noqa: ANN001 - numba hook
+def contains(state, block_id) -> bool:  # noqa: ANN001 - numba hook
     return state.resident[block_id]
 
 
-def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - numba hook
+def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN001 - numba hook
     newer, older, visited, resident, counters = state.newer, state.older, state.visited, state.resident, \
         state.counters
     sentinel = resident.shape[0]
@@ -197,18 +197,18 @@ def access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001 - n
     return n_evicted
 
 
-def touch(state, block_id):  # noqa: ANN001 - numba hook
+def touch(state, block_id) -> None:  # noqa: ANN001 - numba hook
     state.visited[block_id] = True
 
 
-def insert(state, block_id):  # noqa: ANN001 - numba hook
+def insert(state, block_id) -> None:  # noqa: ANN001 - numba hook
     list_push_back(state.older, state.newer, state.resident.shape[0], block_id)
     state.visited[block_id] = False
     state.resident[block_id] = True
     state.counters[0] += 1
 
 
-def evict(state):  # noqa: ANN001 - numba hook
+def evict(state) -> int:  # noqa: ANN001 - numba hook
     counters = state.counters
     if counters[0] == 0:
         return -1
@@ -218,7 +218,7 @@ def evict(state):  # noqa: ANN001 - numba hook
     return victim
 
 
-def remove(state, block_id):  # noqa: ANN001 - numba hook: a hand resting on it moves to the newer block
+def remove(state, block_id) -> bool:  # noqa: ANN001 - numba hook: a hand resting on it moves to the newer block
     if not state.resident[block_id]:
         return False
     if state.counters[2] == block_id:

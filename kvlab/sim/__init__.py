@@ -11,10 +11,10 @@ name                       what
 =========================  ======================================================================
 """
 
+from kvlab.sim.mrc import mrc  # noqa: E402 - after sweep, whose schema it reuses
 from kvlab.sim.reference import ReferenceSummary, replay_reference
 from kvlab.sim.replay import TOUCH_ORDERS, ReplayConfig, ReplaySummary, replay
 from kvlab.sim.sweep import sweep
-from kvlab.sim.mrc import mrc  # noqa: E402 - after sweep, whose schema it reuses
 
 __all__ = [
     "TOUCH_ORDERS",

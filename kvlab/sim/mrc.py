@@ -20,7 +20,6 @@ import numpy as np
 import polars as pl
 
 from kvlab.core.validate import check_choice, check_int, check_real
-
 from kvlab.sim.mrc_kernel import SHARDS_MODULUS, shards_keep, stack_distance_histograms
 from kvlab.sim.replay import TOUCH_ORDERS
 from kvlab.sim.sweep import SWEEP_SCHEMA
@@ -160,4 +159,5 @@ def _capacities(capacities_blocks: object, n_keys: int) -> list[int | None]:
     capacities = list(capacities_blocks)
     if not capacities:
         raise ValueError("capacities_blocks is empty: give at least one capacity (or None for the default grid)")
-    return [check_int(f"capacities_blocks[{i}]", c, low=0, high=2**63 - 1, optional=True) for i, c in enumerate(capacities)]
+    return [check_int(f"capacities_blocks[{i}]", c, low=0, high=2**63 - 1, optional=True)
+            for i, c in enumerate(capacities)]

@@ -122,21 +122,21 @@ def _run_all(trace: Trace, configs: list[ReplayConfig], executor: Executor | str
             return rows
         if executor is None:
             with ThreadPoolExecutor(max_workers=workers) as pool:
-                return _gather(pool, [pool.submit(_run_config, c, trace) for c in configs], bar)
+                return _gather([pool.submit(_run_config, c, trace) for c in configs], bar)
         if executor == "processes":
             with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                      initializer=_init_worker, initargs=(trace,)) as pool:
-                return _gather(pool, [pool.submit(_run_config, c) for c in configs], bar)
+                return _gather([pool.submit(_run_config, c) for c in configs], bar)
         if not isinstance(executor, Executor):
             raise ValueError(f"executor must be None, 'serial', 'processes' or a concurrent.futures.Executor, "
                              f"got {executor!r}")
-        return _gather(executor, [executor.submit(_run_config, c, trace) for c in configs], bar)
+        return _gather([executor.submit(_run_config, c, trace) for c in configs], bar)
     finally:
         if bar is not None:
             bar.close()
 
 
-def _gather(pool: Executor, futures: list, bar: object) -> list[dict[str, object]]:
+def _gather(futures: list, bar: object) -> list[dict[str, object]]:
     index = {f: i for i, f in enumerate(futures)}
     rows: list[dict[str, object] | None] = [None] * len(futures)
     for future in as_completed(futures):

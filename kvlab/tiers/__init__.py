@@ -36,9 +36,8 @@ from kvlab.tiers.cost import (
     ttft_saved_s,
 )
 from kvlab.tiers.devices import DEVICES, Device, get_device
-from kvlab.tiers.models import GPU_FLOPS, MODELS, ModelSpec, get_gpu_flops, get_model
-
 from kvlab.tiers.events import TierEvent, apply_kv_events, to_kv_events
+from kvlab.tiers.models import GPU_FLOPS, MODELS, ModelSpec, get_gpu_flops, get_model
 from kvlab.tiers.replay import replay_tiered
 from kvlab.tiers.result import TieredReplayResult, TieredSummary, TierSummary
 from kvlab.tiers.store import TieredStore

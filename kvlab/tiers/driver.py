@@ -91,7 +91,7 @@ def tier_call(states: tuple, t: int, op: int, block_id: int) -> int:
 
 
 @overload(tier_call, inline="always")
-def _tier_call(states, t, op, block_id):  # noqa: ANN001, ANN202 - numba typing signature
+def _tier_call(states, t, op, block_id):  # noqa: ANN001, ANN202, ARG001 - numba typing signature
     # a tuple of states of different types is indexed by constants only: an if-chain over them
     if not isinstance(op, types.IntegerLiteral):
         return None

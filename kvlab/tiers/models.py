@@ -195,7 +195,7 @@ GPU_FLOPS: dict[str, float] = {
 """Dense BF16 FLOP/s per GPU, by name (sources in the comments)."""
 
 
-def _lookup(table: dict, kind: str, name: str):
+def _lookup(table: dict, kind: str, name: str) -> object:
     if isinstance(name, str):
         for key, value in table.items():
             if key.lower() == name.lower():

@@ -91,7 +91,8 @@ class DesignExplorer:
                              for name, _, _, gib in TIER_DEVICES]
         self.policy = [widgets.Dropdown(options=TIER_POLICIES, value="lru", description="policy",
                                         layout={"width": "220px"}) for _ in TIER_DEVICES]
-        self.write_policy = widgets.ToggleButtons(options=list(WRITE_POLICIES), value="write_back", description="writes")
+        self.write_policy = widgets.ToggleButtons(options=list(WRITE_POLICIES), value="write_back",
+                                                  description="writes")
         self.promote = widgets.Checkbox(value=True, description="promote lower-tier hits")
         self.summary = widgets.HTML()
         self.result = self.compute()

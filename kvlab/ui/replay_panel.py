@@ -10,7 +10,6 @@ from kvlab.sim import TOUCH_ORDERS, ReplayConfig, replay
 from kvlab.traces import Trace
 from kvlab.viz import occupancy_chart
 
-
 #: Slider value standing for an unbounded cache (ipywidgets reserves ``None`` for "no selection").
 UNBOUNDED = "unbounded"
 

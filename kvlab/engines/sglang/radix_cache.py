@@ -53,8 +53,8 @@ from kvlab.engines.sglang.checks import (
     check_unlockable,
     path_to_root,
 )
-from kvlab.engines.sglang.evict_policy import get_eviction_strategy
 from kvlab.engines.sglang.events import RadixEventRecorder
+from kvlab.engines.sglang.evict_policy import get_eviction_strategy
 from kvlab.engines.sglang.tree_node import (
     RadixKey,
     TreeNode,
