@@ -58,7 +58,7 @@ def test_every_control_recomputes(small) -> None:
     panel.promote.value = False
     assert panel.result.config.promote is False
     panel.chunk.value = 2
-    assert panel.block_size_tokens == 1024 and panel.result.summary.block_refs == small.rechunk(2).block_refs
+    assert panel.block_size == 1024 and panel.result.summary.block_refs == small.rechunk(2).block_refs
     panel.model.value = "Llama-3.1-70B"
     assert panel.block_bytes == 2 * 320 * 1024 * 512  # 320 KiB per token, 1,024-token blocks
     expected = replay_tiered(small.rechunk(2), panel.tiers(), write_policy="write_through", promote=False)

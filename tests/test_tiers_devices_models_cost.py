@@ -152,7 +152,7 @@ def test_capacity_in_blocks_and_tokens():
     assert m.tokens_for_bytes(10**12) == 10**12 // 327_680 == 3_051_757
     assert m.blocks_for_bytes(80 * 10**9, 16) == 80 * 10**9 // (5 * MIB) == 15_258
     assert m.tokens_for_bytes(80 * 10**9, 16) == 15_258 * 16
-    with pytest.raises(ValueError, match="block_size_tokens must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="block_size must be >= 1, got 0"):
         m.blocks_for_bytes(10**9, 0)
     with pytest.raises(ValueError, match="capacity_bytes must be >= 0, got -1"):
         m.tokens_for_bytes(-1)
@@ -249,7 +249,7 @@ def test_load_or_recompute():
     slow = load_or_recompute(32, 16, m, slow_dev, gpu)
     assert slow.decision == "recompute" and slow.saved_s == 0.0
     assert load_or_recompute(0, 16, m, slow_dev, gpu) == LoadOrRecompute(0.0, 0.0, "recompute", 0.0)
-    with pytest.raises(ValueError, match="block_size_tokens must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="block_size must be >= 1, got 0"):
         load_or_recompute(1, 0, m, slow_dev, gpu)
 
 

@@ -329,7 +329,7 @@ def test_second_trial_validation() -> None:
         TieredStore({"GPU": 1})
     with pytest.raises(ValueError, match=r"unknown policy 'mru' for tier 'GPU'; tier policies: \[.*'lru'.*\] or None"):
         TieredStore([("GPU", 1, "mru")])
-    assert TieredStore([("GPU", 1)], block_size_tokens=np.int64(512)).block_size_tokens == 512
+    assert TieredStore([("GPU", 1)], block_size=np.int64(512)).block_size == 512
 
 
 def test_replay_tiered_with_opal_walk(conversation) -> None:

@@ -121,12 +121,12 @@ class LoadOrRecompute:
     saved_s: float
 
 
-def load_or_recompute(n_blocks: int, block_size_tokens: int, model: ModelSpec, device: Device, gpu_flops: float,
+def load_or_recompute(n_blocks: int, block_size: int, model: ModelSpec, device: Device, gpu_flops: float,
                       *, link: Device | None = None, context_tokens: int = 0,
                       mfu: float = DEFAULT_MFU) -> LoadOrRecompute:
     """Compare fetching ``n_blocks`` full blocks from ``device`` (+ ``link``) with recomputing them.
 
-    The blocks hold ``n_blocks × block_size_tokens`` tokens that start after ``context_tokens``
+    The blocks hold ``n_blocks × block_size`` tokens that start after ``context_tokens``
     tokens already on the GPU (their attention reads that context). The "recompute vs load per
     tier" question of engines.md §8.1; see :func:`fetch_time_s`, :func:`recompute_time_s`.
     Raises ``ValueError`` on bad input.
@@ -139,8 +139,8 @@ def load_or_recompute(n_blocks: int, block_size_tokens: int, model: ModelSpec, d
     ('load', 0.123, 0.236)
     """
     _check_int("n_blocks", n_blocks)
-    block_bytes = model.kv_bytes_per_block(block_size_tokens) if isinstance(model, ModelSpec) else None
-    recompute_s = recompute_time_s(n_blocks * block_size_tokens, model, gpu_flops, context_tokens, mfu)
+    block_bytes = model.kv_bytes_per_block(block_size) if isinstance(model, ModelSpec) else None
+    recompute_s = recompute_time_s(n_blocks * block_size, model, gpu_flops, context_tokens, mfu)
     fetch_s = fetch_time_s(n_blocks, block_bytes, device, link)
     load = fetch_s < recompute_s
     return LoadOrRecompute(fetch_s=fetch_s, recompute_s=recompute_s, decision="load" if load else "recompute",
@@ -238,7 +238,7 @@ class TierHit:
         _check_device("link", self.link, optional=True)
 
 
-def ttft_saved_s(hits: Sequence[TierHit | tuple], block_size_tokens: int, model: ModelSpec, gpu_flops: float,
+def ttft_saved_s(hits: Sequence[TierHit | tuple], block_size: int, model: ModelSpec, gpu_flops: float,
                  *, mfu: float = DEFAULT_MFU) -> float:
     """Estimated prefill seconds saved by prefix hits spread over tiers, vs computing everything.
 
@@ -267,8 +267,8 @@ def ttft_saved_s(hits: Sequence[TierHit | tuple], block_size_tokens: int, model:
             hit = TierHit(*hit)
         elif not isinstance(hit, TierHit):
             raise ValueError(f"hits[{i}] must be a TierHit or (device, n_blocks[, link]), got {hit!r}")
-        r = load_or_recompute(hit.n_blocks, block_size_tokens, model, hit.device, gpu_flops, link=hit.link,
+        r = load_or_recompute(hit.n_blocks, block_size, model, hit.device, gpu_flops, link=hit.link,
                               context_tokens=context_tokens, mfu=mfu)
         saved_s += r.saved_s
-        context_tokens += hit.n_blocks * block_size_tokens
+        context_tokens += hit.n_blocks * block_size
     return saved_s

@@ -105,25 +105,25 @@ class ModelSpec:
             return self.layers * (self.kv_lora_rank + self.rope_dim) * self.bytes_per_elem
         return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_elem
 
-    def kv_bytes_per_block(self, block_size_tokens: int) -> int:
-        """Bytes of one full block of ``block_size_tokens`` tokens (vLLM block, LMCache chunk, …).
+    def kv_bytes_per_block(self, block_size: int) -> int:
+        """Bytes of one full block of ``block_size`` tokens (vLLM block, LMCache chunk, …).
 
-        Raises ``ValueError`` if ``block_size_tokens`` is not an int ≥ 1.
+        Raises ``ValueError`` if ``block_size`` is not an int ≥ 1.
         """
-        _check_int("block_size_tokens", block_size_tokens, minimum=1)
-        return block_size_tokens * self.kv_bytes_per_token
+        _check_int("block_size", block_size, minimum=1)
+        return block_size * self.kv_bytes_per_token
 
-    def blocks_for_bytes(self, capacity_bytes: int, block_size_tokens: int) -> int:
+    def blocks_for_bytes(self, capacity_bytes: int, block_size: int) -> int:
         """Whole blocks that fit in ``capacity_bytes`` (floor). ``ValueError`` on bad input."""
         _check_int("capacity_bytes", capacity_bytes)
-        return capacity_bytes // self.kv_bytes_per_block(block_size_tokens)
+        return capacity_bytes // self.kv_bytes_per_block(block_size)
 
-    def tokens_for_bytes(self, capacity_bytes: int, block_size_tokens: int = 1) -> int:
-        """Tokens that fit in ``capacity_bytes`` when stored in whole blocks of ``block_size_tokens``.
+    def tokens_for_bytes(self, capacity_bytes: int, block_size: int = 1) -> int:
+        """Tokens that fit in ``capacity_bytes`` when stored in whole blocks of ``block_size``.
 
-        ``block_size_tokens = 1`` gives the raw ``capacity_bytes // kv_bytes_per_token``.
+        ``block_size = 1`` gives the raw ``capacity_bytes // kv_bytes_per_token``.
         """
-        return self.blocks_for_bytes(capacity_bytes, block_size_tokens) * block_size_tokens
+        return self.blocks_for_bytes(capacity_bytes, block_size) * block_size
 
     def prefill_flops(self, n_tokens: int, context_tokens: int = 0) -> float:
         """Forward FLOPs to prefill ``n_tokens`` new tokens after ``context_tokens`` cached ones.

@@ -48,7 +48,7 @@ counted (as in :func:`kvlab.sim.replay`): that block is then found where it went
 recomputed, so a tier's ``read_blocks`` can be lower than its ``hit_blocks``; and a
 resident block after a request's first miss is read (promoted) too — the touch of the
 single-cache replay — so ``read_blocks`` can also be higher. KV events carry
-``block_size_tokens`` (default 16: vLLM's block) — pass the trace's block size.
+``block_size`` (default 16: vLLM's block) — pass the trace's block size.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class TieredStore:
         promote: copy/move a lower-tier hit up (``True``) or serve it in place.
         selective_hits: uses of a block before ``write_through_selective`` copies it down.
         walk: ``"per_block"`` (default) or ``"opal"`` (see the module docstring).
-        block_size_tokens: tokens per block, for the KV events.
+        block_size: tokens per block, for the KV events.
 
     Raises:
         ValueError: no tiers, duplicate tier names, a bad option.
@@ -94,14 +94,14 @@ class TieredStore:
     """
 
     def __init__(self, tiers: Sequence[TierSpec | tuple], *, write_policy: str = "write_back", promote: bool = True,
-                 selective_hits: int = 2, walk: str = "per_block", block_size_tokens: int = 16) -> None:
+                 selective_hits: int = 2, walk: str = "per_block", block_size: int = 16) -> None:
         config = TieredConfig(tiers, write_policy=write_policy, promote=promote, selective_hits=selective_hits,
                               walk=walk)  # checks them
-        block_size_tokens = check_positive("block_size_tokens", block_size_tokens)
+        block_size = check_positive("block_size", block_size)
         self.tiers = [Tier(s.name, s.capacity_blocks, s.policy) for s in config.tiers]
         self.write_policy, self.promote, self.walk = config.write_policy, config.promote, config.walk
         self.selective_hits = config.selective_hits
-        self.block_size_tokens = block_size_tokens
+        self.block_size = block_size
         self.events: list[TierEvent] = []
         self._uses: dict[int, int] = {}  # block -> uses (for write_through_selective)
         self._pins: dict[object, list[tuple[int, int]]] = {}  # request -> [(tier, block)]
@@ -234,7 +234,7 @@ class TieredStore:
 
     def kv_events(self) -> list:
         """Every event so far as vLLM KV events (``medium`` = tier name)."""
-        return to_kv_events(self.events, self.block_size_tokens)
+        return to_kv_events(self.events, self.block_size)
 
     def check(self) -> None:
         """Assert every tier's invariants, and exclusivity under ``write_back``."""

@@ -113,14 +113,14 @@ class DesignExplorer:
         return get_model(self.model.value)
 
     @property
-    def block_size_tokens(self) -> int:
+    def block_size(self) -> int:
         """Tokens per block at the selected chunk size."""
         return self.trace.block_size * self.chunk.value
 
     @property
     def block_bytes(self) -> int:
         """KV bytes of one block of the selected model and chunk size."""
-        return self.spec.kv_bytes_per_block(self.block_size_tokens)
+        return self.spec.kv_bytes_per_block(self.block_size)
 
     def capacity_blocks(self) -> list[int]:
         """Each active tier's capacity in blocks (GiB × 2^30 // block bytes)."""
@@ -171,8 +171,8 @@ class DesignExplorer:
             for i, n_blocks in enumerate(combo):
                 if n_blocks:
                     saved += count * _saved_s(self.model.value, TIER_DEVICES[i][1], TIER_DEVICES[i][2],
-                                              int(n_blocks), self.block_size_tokens, context, self.gpu_flops)
-                context += int(n_blocks) * self.block_size_tokens
+                                              int(n_blocks), self.block_size, context, self.gpu_flops)
+                context += int(n_blocks) * self.block_size
         return saved
 
     # ------------------------------------------------------------------ display
@@ -199,7 +199,7 @@ class DesignExplorer:
         bars = alt.Chart(breakdown).mark_bar().encode(
             x=alt.X("blocks:Q", title="block references"), y=alt.Y("served by:N", sort=None, title=None),
             color=alt.Color("served by:N", legend=None), tooltip=["served by:N", "blocks:Q"])
-        title = (f"{self.spec.name}, {self.block_size_tokens:,}-token blocks "
+        title = (f"{self.spec.name}, {self.block_size:,}-token blocks "
                  f"({self.block_bytes / 2**20:,.0f} MiB), {self.write_policy.value}")
         return alt.vconcat(alt.layer(lines, rules).properties(width=560, height=220, title=title),
                            bars.properties(width=560, height=90))
@@ -232,10 +232,10 @@ class DesignExplorer:
 
 
 @functools.lru_cache(maxsize=65536)
-def _saved_s(model: str, device: str, link: str | None, n_blocks: int, block_size_tokens: int, context_tokens: int,
+def _saved_s(model: str, device: str, link: str | None, n_blocks: int, block_size: int, context_tokens: int,
              gpu_flops: float) -> float:
     hit = TierHit(get_device(device), n_blocks, None if link is None else get_device(link))
-    return load_or_recompute(hit.n_blocks, block_size_tokens, get_model(model), hit.device, gpu_flops,
+    return load_or_recompute(hit.n_blocks, block_size, get_model(model), hit.device, gpu_flops,
                              link=hit.link, context_tokens=context_tokens).saved_s
 
 
