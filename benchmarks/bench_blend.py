@@ -63,16 +63,16 @@ class DictOfWindows:
         return out
 
 
-def mixed_query(tokens: np.ndarray, chunk_size: int, pool: np.ndarray, n_tokens: int,
+def mixed_query(tokens: np.ndarray, chunk_size: int, pool: np.ndarray, num_tokens: int,
                 rng: np.random.Generator) -> np.ndarray:
-    """Stored chunks (rows of ``pool``) between random fillers of 0..chunk_size-1 tokens, cut to ``n_tokens``."""
+    """Stored chunks (rows of ``pool``) between random fillers of 0..chunk_size-1 tokens, cut to ``num_tokens``."""
     parts, total = [], 0
-    while total < n_tokens:
+    while total < num_tokens:
         filler = rng.integers(0, 2**32, size=int(rng.integers(0, chunk_size)), dtype=np.uint32)
         row = int(rng.choice(pool))
         parts += [filler, tokens[row * chunk_size:(row + 1) * chunk_size]]
         total += filler.shape[0] + chunk_size
-    return np.concatenate(parts)[:n_tokens]
+    return np.concatenate(parts)[:num_tokens]
 
 
 def triples(matches: list[BlendMatch]) -> list[tuple[int, int, int]]:
@@ -89,26 +89,26 @@ def main() -> None:
     parser.add_argument("--anchor-chunks", type=int, default=65_536)
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
-    k, n_chunks, batch = args.chunk_size, args.chunks, args.batch_chunks
+    k, num_chunks, batch = args.chunk_size, args.chunks, args.batch_chunks
     rng = np.random.default_rng(0)
 
-    tokens = rng.integers(0, 2**32, size=n_chunks * k, dtype=np.uint32)
-    keys = rng.integers(0, 2**63, size=n_chunks, dtype=np.int64).astype(np.uint64)
+    tokens = rng.integers(0, 2**32, size=num_chunks * k, dtype=np.uint32)
+    keys = rng.integers(0, 2**63, size=num_chunks, dtype=np.int64).astype(np.uint64)
     warm = TokenRangeMatcher(k)  # compile the kernels outside the timings
     warm.register(tokens[:2 * k], keys[:2])
     warm.match(tokens[:4 * k])
 
     matcher = TokenRangeMatcher(k)
     start = time.perf_counter()
-    for first in range(0, n_chunks, batch):
-        last = min(first + batch, n_chunks)
+    for first in range(0, num_chunks, batch):
+        last = min(first + batch, num_chunks)
         matcher.register(tokens[first * k:last * k], keys[first:last], position_offset=first * k)
     register_s = time.perf_counter() - start
-    assert len(matcher) == n_chunks
+    assert len(matcher) == num_chunks
 
-    subset = np.sort(rng.choice(n_chunks, size=min(args.anchor_chunks, n_chunks), replace=False))
+    subset = np.sort(rng.choice(num_chunks, size=min(args.anchor_chunks, num_chunks), replace=False))
     anchor = DictOfWindows(k)
-    rows = tokens.reshape(n_chunks, k)[subset].tolist()
+    rows = tokens.reshape(num_chunks, k)[subset].tolist()
     start = time.perf_counter()
     anchor.register(rows, keys[subset].tolist(), (subset * k).tolist())
     anchor_register_s = time.perf_counter() - start
@@ -136,15 +136,15 @@ def main() -> None:
             "ratio_match_vs_anchor": anchor_s / match_s,
         })
     registration = {
-        "registered_chunks": n_chunks, "chunk_size_tokens": k, "registered_tokens": n_chunks * k,
-        "batch_chunks": batch, "register_s": register_s, "register_chunks_per_s": n_chunks / register_s,
-        "register_tokens_per_s": n_chunks * k / register_s, "table_slots": matcher.table_slots,
+        "registered_chunks": num_chunks, "chunk_size_tokens": k, "registered_tokens": num_chunks * k,
+        "batch_chunks": batch, "register_s": register_s, "register_chunks_per_s": num_chunks / register_s,
+        "register_tokens_per_s": num_chunks * k / register_s, "table_slots": matcher.table_slots,
         "anchor_chunks": len(subset), "anchor_register_s": anchor_register_s,
         "anchor_register_chunks_per_s": len(subset) / anchor_register_s,
-        "ratio_register_vs_anchor": (n_chunks / register_s) / (len(subset) / anchor_register_s),
+        "ratio_register_vs_anchor": (num_chunks / register_s) / (len(subset) / anchor_register_s),
         "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
-    full_size = n_chunks >= 1_000_000 and k == 256 and args.query_tokens >= 131_072
+    full_size = num_chunks >= 1_000_000 and k == 256 and args.query_tokens >= 131_072
     report = {
         "benchmark": "bench_blend",
         "anchor": "plain-Python dict tuple(chunk tokens) -> (key, start), every query window probed "
@@ -157,7 +157,7 @@ def main() -> None:
         "results": results,
     }
     write_report(args.out, report)
-    print(f"registered {n_chunks:,} chunks x {k} tokens in {register_s:.2f} s: "
+    print(f"registered {num_chunks:,} chunks x {k} tokens in {register_s:.2f} s: "
           f"{registration['register_chunks_per_s'] / 1e3:,.0f} k chunks/s "
           f"({registration['ratio_register_vs_anchor']:.1f}x the dict of windows), {matcher.table_slots:,} slots, "
           f"max RSS {registration['max_rss_bytes'] / 2**30:.1f} GiB")

@@ -94,7 +94,7 @@ def main() -> None:
     engine_hits = engine.requests["hit_blocks"].to_numpy()
     if not (np.array_equal(engine_hits, kernel_hits) and engine_hits.tolist() == anchor_hits):
         raise AssertionError("engine, anchor and kernel disagree on per-request hits")
-    ops_kvlab_s, n_ops = timed(kvlab_pool_ops)
+    ops_kvlab_s, num_ops = timed(kvlab_pool_ops)
     ops_anchor_s, _ = timed(dictlist_pool_ops)
     results = {
         "engine_replay": {
@@ -104,7 +104,7 @@ def main() -> None:
             "ratio_kvlab_vs_dictlist": anchor_s / kvlab_s, "ratio_numba_vs_dictlist": anchor_s / kernel_s,
         },
         "pool_ops": {
-            "ops": n_ops, "kvlab_ops_per_s": n_ops / ops_kvlab_s, "dictlist_ops_per_s": n_ops / ops_anchor_s,
+            "ops": num_ops, "kvlab_ops_per_s": num_ops / ops_kvlab_s, "dictlist_ops_per_s": num_ops / ops_anchor_s,
             "ratio_kvlab_vs_dictlist": ops_anchor_s / ops_kvlab_s,
         },
     }

@@ -43,7 +43,7 @@ def bench(name: str) -> dict:
         "GPU GiB": (panel.capacity_gib[0], [8.0, 32.0]),
         "CPU GiB": (panel.capacity_gib[1], [128.0, 32.0]),
         "write policy": (panel.write_policy, ["write_through", "write_back"]),
-        "tier count": (panel.n_tiers, [3, 2]),
+        "tier count": (panel.num_tiers, [3, 2]),
         "chunk size": (panel.chunk, [2, 1]),
         "CPU policy": (panel.policy[1], ["arc", "s3fifo"]),
     }
@@ -53,8 +53,8 @@ def bench(name: str) -> dict:
         for value in values:
             control.value = value
         first[control_name] = time.process_time() - start
-    for n_tiers in steps["tier count"][1]:  # every tuple of tier policies the timed steps reach
-        panel.n_tiers.value = n_tiers
+    for num_tiers in steps["tier count"][1]:  # every tuple of tier policies the timed steps reach
+        panel.num_tiers.value = num_tiers
         for policy in steps["CPU policy"][1]:
             panel.policy[1].value = policy
     load_before = os.getloadavg()

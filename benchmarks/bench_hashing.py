@@ -51,10 +51,10 @@ def sha256_limit_loop(tokens: list[int]) -> tuple[callable, callable]:
     return run
 
 
-def xxh3_loop(token_bytes: bytes, n_blocks: int) -> Callable[[], int]:
+def xxh3_loop(token_bytes: bytes, num_blocks: int) -> Callable[[], int]:
     """A chained xxh3_64 loop over the blocks' u32 token bytes."""
     width = BLOCK_SIZE * 4
-    blocks = [token_bytes[i * width:(i + 1) * width] for i in range(n_blocks)]
+    blocks = [token_bytes[i * width:(i + 1) * width] for i in range(num_blocks)]
 
     def run() -> int:
         h = 0
@@ -73,7 +73,7 @@ def main() -> None:
 
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 152_064, size=PROMPT_TOKENS).astype(np.int64)  # a Qwen-sized vocabulary
-    n_blocks = PROMPT_TOKENS // BLOCK_SIZE
+    num_blocks = PROMPT_TOKENS // BLOCK_SIZE
     hasher = vllm(algo="sha256", block_size=BLOCK_SIZE)
     limit = sha256_limit_loop(tokens.tolist())
     if hasher.block_hashes(tokens) != limit():
@@ -83,14 +83,14 @@ def main() -> None:
 
     chain_u64(tokens, BLOCK_SIZE)  # compile outside the timing
     chain_s = best_of(lambda: chain_u64(tokens, BLOCK_SIZE), args.repeats)
-    xxh3_s = best_of(xxh3_loop(tokens.astype("<u4").tobytes(), n_blocks), args.repeats)
+    xxh3_s = best_of(xxh3_loop(tokens.astype("<u4").tobytes(), num_blocks), args.repeats)
 
     results = [
-        {"pair": "vllm.sha256 profile vs bare chained hashlib.sha256 loop", "blocks": n_blocks,
-         "kvlab_blocks_per_s": n_blocks / profile_s, "anchor_blocks_per_s": n_blocks / limit_s,
+        {"pair": "vllm.sha256 profile vs bare chained hashlib.sha256 loop", "blocks": num_blocks,
+         "kvlab_blocks_per_s": num_blocks / profile_s, "anchor_blocks_per_s": num_blocks / limit_s,
          "ratio": limit_s / profile_s, "target": TARGET_VLLM_VS_LIMIT},
-        {"pair": "chain_u64 vs chained xxhash.xxh3_64 loop", "blocks": n_blocks,
-         "kvlab_blocks_per_s": n_blocks / chain_s, "anchor_blocks_per_s": n_blocks / xxh3_s,
+        {"pair": "chain_u64 vs chained xxhash.xxh3_64 loop", "blocks": num_blocks,
+         "kvlab_blocks_per_s": num_blocks / chain_s, "anchor_blocks_per_s": num_blocks / xxh3_s,
          "ratio": xxh3_s / chain_s, "target": TARGET_CHAIN_VS_XXH3},
     ]
     report = {

@@ -99,13 +99,13 @@ class OpalKVBM:
 class Workload:
     """Background stores and the 128-block request, from one seeded generator (u64 keys as int64 > 0)."""
 
-    def __init__(self, n_keys: int, seed: int = SEED) -> None:
+    def __init__(self, num_keys: int, seed: int = SEED) -> None:
         rng = np.random.default_rng(seed)
-        self.n_stores = n_keys // BLOCKS_PER_STORE
+        self.n_stores = num_keys // BLOCKS_PER_STORE
         n = self.n_stores * BLOCKS_PER_STORE
         self.request = rng.integers(1, 2**63, n + REQUEST_BLOCKS, dtype=np.int64)
         self.engine = rng.integers(1, 2**63, n + REQUEST_BLOCKS, dtype=np.int64)
-        self.n_keys = n + REQUEST_BLOCKS
+        self.num_keys = n + REQUEST_BLOCKS
         self.hot = self.request[n:].tolist()
         self.hot_engine = self.engine[n:].tolist()
 
@@ -198,12 +198,12 @@ def pods_per_key(found: dict) -> dict[int, list[str]]:
     return {key: sorted({e.pod if isinstance(e, PodEntry) else e for e in held}) for key, held in found.items()}
 
 
-def run(name: str, index: Index, n_keys: int, events: list, lookup_s: float,
+def run(name: str, index: Index, num_keys: int, events: list, lookup_s: float,
         memory_probe: Callable[[], int] | None = None) -> dict:
     """Fill, look up and ingest on ``index`` and on a fresh anchor; check both answer alike.
 
     ``memory_probe`` (bytes used by the backend) is read before and after the fill."""
-    work = Workload(n_keys)
+    work = Workload(num_keys)
     kvbm = OpalKVBM()
     fill_s, stores = work.fill_kvbm(kvbm)
     anchor = {"add_stores_per_s": stores / fill_s, "lookups_per_s": rate(lambda: kvbm.lookup(work.hot), lookup_s)}
@@ -212,7 +212,7 @@ def run(name: str, index: Index, n_keys: int, events: list, lookup_s: float,
     fill_s, _ = work.fill_index(index)
     kvlab = {"add_stores_per_s": stores / fill_s}
     if memory_probe:
-        kvlab["bytes_per_key"] = (memory_probe() - before) / work.n_keys
+        kvlab["bytes_per_key"] = (memory_probe() - before) / work.num_keys
     if pods_per_key(index.lookup(work.hot)) != expected:
         raise AssertionError(f"{name}: the 128-block request's lookup differs from the anchor's")
     kvlab["lookups_per_s"] = rate(lambda: index.lookup(work.hot), lookup_s)
@@ -227,13 +227,13 @@ def run(name: str, index: Index, n_keys: int, events: list, lookup_s: float,
         if pods_per_key(index.lookup(keys)) != pods_per_key(kvbm.lookup(keys)):
             raise AssertionError(f"{name}: an ingested store's lookup differs from the anchor's")
     ratios = {f"ratio_{k}": kvlab[k] / anchor[k] for k in ("add_stores_per_s", "lookups_per_s", "ingest_events_per_s")}
-    return {"keys": work.n_keys, "stores": stores, "ingest_events": len(events), "kvlab": kvlab,
+    return {"keys": work.num_keys, "stores": stores, "ingest_events": len(events), "kvlab": kvlab,
             "opal_kvbm": anchor, **ratios}
 
 
-def traced_bytes_per_key(n_keys: int, build: Callable[[Workload], object]) -> float:
-    """Bytes ``tracemalloc`` sees ``build`` keep, per request key of an ``n_keys`` workload."""
-    work = Workload(n_keys)
+def traced_bytes_per_key(num_keys: int, build: Callable[[Workload], object]) -> float:
+    """Bytes ``tracemalloc`` sees ``build`` keep, per request key of an ``num_keys`` workload."""
+    work = Workload(num_keys)
     gc.collect()
     tracemalloc.start()
     kept = build(work)
@@ -241,7 +241,7 @@ def traced_bytes_per_key(n_keys: int, build: Callable[[Workload], object]) -> fl
     grown = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     del kept
-    return grown / work.n_keys
+    return grown / work.num_keys
 
 
 def build_in_memory(work: Workload) -> InMemoryIndex:
@@ -278,7 +278,7 @@ def main() -> None:
     anchor_bytes = traced_bytes_per_key(args.memory_keys, build_kvbm)
     in_memory["kvlab"]["bytes_per_key"] = memory_bytes
     in_memory["opal_kvbm"]["bytes_per_key"] = anchor_bytes
-    in_memory["memory_measured_at_keys"] = Workload(args.memory_keys).n_keys
+    in_memory["memory_measured_at_keys"] = Workload(args.memory_keys).num_keys
     in_memory["ratio_bytes_per_key"] = memory_bytes / anchor_bytes
     on_redis["opal_kvbm"]["bytes_per_key"] = anchor_bytes
     on_redis["ratio_bytes_per_key"] = on_redis["kvlab"]["bytes_per_key"] / anchor_bytes

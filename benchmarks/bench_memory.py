@@ -35,8 +35,8 @@ def peak_rss():  # VmHWM: this address space's peak (ru_maxrss would carry the p
 
 d = sys.argv[1]
 offsets, block_ids, input_tokens = (np.load(f"{d}/{n}.npy") for n in ("offsets", "block_ids", "input_tokens"))
-n_keys = int(block_ids.max()) + 1
-flat = FlatTrace(offsets, block_ids, np.arange(n_keys, dtype=np.uint64), input_tokens, 1)
+num_keys = int(block_ids.max()) + 1
+flat = FlatTrace(offsets, block_ids, np.arange(num_keys, dtype=np.uint64), input_tokens, 1)
 tiny = FlatTrace(offsets[:3] - offsets[0], block_ids[:2], flat.keys, input_tokens[:2], 1)
 config = ReplayConfig(capacity_blocks=100_000)
 run_flat(tiny, config)  # compile before measuring
@@ -60,7 +60,7 @@ def main() -> None:
         out = subprocess.run([sys.executable, "-c", CHILD, tmp], capture_output=True, text=True, check=True)
     child = json.loads(out.stdout)
     ratio = child["rss_growth_bytes"] / input_bytes
-    report = {"benchmark": "bench_memory", "refs": flat.n_refs, "input_array_bytes": input_bytes,
+    report = {"benchmark": "bench_memory", "refs": flat.num_refs, "input_array_bytes": input_bytes,
               "replay_peak_rss_growth_bytes": child["rss_growth_bytes"], "ratio": ratio, "target": TARGET,
               "met": ratio <= TARGET, "machine": machine_info()}
     write_report(args.out, report)

@@ -25,7 +25,7 @@ from report import best_of, exit_unless_met, machine_info, write_report  # noqa:
 
 TARGET_RATIO = 50.0
 TARGET_REFS_PER_S = 50e6
-BIG_WORKLOAD = ChatWorkload(n_sessions=11_000, mean_turns=8, system_prompt_tokens=2048, user_tokens_mean=400,
+BIG_WORKLOAD = ChatWorkload(num_sessions=11_000, mean_turns=8, system_prompt_tokens=2048, user_tokens_mean=400,
                             output_tokens_mean=300, block_size=64, session_rate_per_s=5, think_time_mean_s=60)
 
 

@@ -536,9 +536,9 @@ def test_matches_naive_matcher(k, dedup, base, script):
     for op in script:
         if op[0] == "register":
             _, tokens, keys, start_chunk, offset = op
-            n_chunks = len(tokens) // k
-            start_chunk = min(start_chunk, n_chunks)
-            assert fast.register(tokens, keys[:n_chunks], start_chunk=start_chunk, position_offset=offset) == \
+            num_chunks = len(tokens) // k
+            start_chunk = min(start_chunk, num_chunks)
+            assert fast.register(tokens, keys[:num_chunks], start_chunk=start_chunk, position_offset=offset) == \
                 naive.register(tokens, keys, start_chunk, offset)
         elif op[0] == "remove":
             assert fast.remove(op[1]) == naive.remove(op[1])

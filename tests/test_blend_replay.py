@@ -139,9 +139,9 @@ def _naive_replay(prompts: list[list[int]], chunk: int, min_blend: int) -> list[
     contents: set[tuple[int, ...]] = set()
     out = []
     for p in prompts:
-        n_chunks = len(p) // chunk
+        num_chunks = len(p) // chunk
         hit = 0
-        while hit < n_chunks and tuple(p[:(hit + 1) * chunk]) in prefixes:
+        while hit < num_chunks and tuple(p[:(hit + 1) * chunk]) in prefixes:
             hit += 1
         blended, pos = 0, hit * chunk
         while pos + chunk <= len(p):
@@ -150,7 +150,7 @@ def _naive_replay(prompts: list[list[int]], chunk: int, min_blend: int) -> list[
             else:
                 pos += 1
         out.append((hit * chunk, blended if blended >= min_blend else 0))
-        for j in range(n_chunks):
+        for j in range(num_chunks):
             prefixes.add(tuple(p[:(j + 1) * chunk]))
             contents.add(tuple(p[j * chunk:(j + 1) * chunk]))
     return out

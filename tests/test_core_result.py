@@ -32,6 +32,7 @@ from kvlab.engines import replay_requests
 from kvlab.hashing import sim
 from kvlab.index import route_requests
 from kvlab.sim import replay, replay_reference
+from kvlab.tiers import replay_tiered
 from kvlab.traces import Trace
 
 BLOCK = 4  # tokens per block of the contract traces
@@ -48,19 +49,24 @@ DRIVERS: dict[str, tuple[Callable[[Trace], RunResult], Callable[[RunResult], int
                    lambda r: r.config.chunk_size),
     "route_requests": (lambda t: route_requests(t, capacity_blocks=12, block_size=BLOCK),
                        lambda r: r.config.block_size),
+    "replay_tiered": (lambda t: replay_tiered(t, [("GPU", 6), ("CPU", 10, "s3fifo"), ("NVMe", None)]),
+                      lambda r: BLOCK),
+    "replay_tiered-reference": (lambda t: replay_tiered(t, [("GPU", 6), ("CPU", 10, "arc")], engine="reference",
+                                                        write_policy="write_through"),
+                                lambda r: BLOCK),
 }
 
 
-def token_trace(seed: int, n_requests: int = 25) -> Trace:
+def token_trace(seed: int, num_requests: int = 25) -> Trace:
     """Prompts that extend a prefix of an earlier one (shared prefixes, some long ones), with token ids."""
     rng = np.random.default_rng(seed)
     prompts: list[list[int]] = []
-    for _ in range(n_requests):
+    for _ in range(num_requests):
         base = prompts[rng.integers(len(prompts))] if prompts and rng.random() < 0.7 else []
         prompts.append(base[:rng.integers(len(base) + 1)] + rng.integers(0, 1000, rng.integers(1, 40)).tolist())
-    frame = pl.DataFrame({"request_id": rng.choice(10**6, n_requests, replace=False).tolist(),
-                          "arrival_s": np.cumsum(rng.exponential(1.0, n_requests)).tolist(),
-                          "output_tokens": [1] * n_requests, "token_ids": prompts})
+    frame = pl.DataFrame({"request_id": rng.choice(10**6, num_requests, replace=False).tolist(),
+                          "arrival_s": np.cumsum(rng.exponential(1.0, num_requests)).tolist(),
+                          "output_tokens": [1] * num_requests, "token_ids": prompts})
     return Trace.from_token_ids(frame, sim(BLOCK), source=f"contract[{seed}]")
 
 

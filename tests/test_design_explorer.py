@@ -32,8 +32,8 @@ def test_gib_become_blocks_and_the_chart_follows(small) -> None:
     timeline = chart_frame(panel, "resident_gib")
     assert timeline.group_by("tier").agg(pl.col("resident_gib").max()).sort("tier")["resident_gib"].to_list() \
         <= [64.0, 4.0]
-    bars = chart_frame(panel, "served by")
-    assert bars["served by"].to_list() == ["GPU", "CPU", "computed"]
+    bars = chart_frame(panel, "served_by")
+    assert bars["served_by"].to_list() == ["GPU", "CPU", "computed"]
     assert bars["blocks"].sum() == small.block_refs
 
 
@@ -47,7 +47,7 @@ def test_exclusive_split_matches_one_lru(small) -> None:
 
 def test_every_control_recomputes(small) -> None:
     panel = DesignExplorer(small, debounce_s=0)
-    panel.n_tiers.value = 3
+    panel.num_tiers.value = 3
     assert panel.result.tier_names == ["GPU", "CPU", "NVMe"]
     panel.write_policy.value = "write_through"
     assert panel.result.config.write_policy == "write_through"

@@ -27,12 +27,12 @@ def check_counters(cache: RadixCache) -> None:
     """Counters equal a recount from the tree; no lock count is negative."""
     frame = cache.snapshot()
     nodes = frame.filter(pl.col("depth") > 0)
-    evictable = nodes.filter(pl.col("lock_ref") == 0)["n_tokens"].sum()
-    protected = nodes.filter(pl.col("lock_ref") > 0)["n_tokens"].sum()
+    evictable = nodes.filter(pl.col("lock_ref") == 0)["num_tokens"].sum()
+    protected = nodes.filter(pl.col("lock_ref") > 0)["num_tokens"].sum()
     assert (frame["lock_ref"] >= 0).all()
     assert frame.filter(pl.col("depth") == 0)["lock_ref"].to_list() == [1]
     assert (cache.evictable_size(), cache.protected_size()) == (evictable, protected)
-    assert evictable + protected == cache.total_size() == nodes["n_tokens"].sum()
+    assert evictable + protected == cache.total_size() == nodes["num_tokens"].sum()
     assert cache.evictable_size() >= 0 and cache.protected_size() >= 0
 
 
@@ -74,7 +74,7 @@ def test_bug_case_5_split_lock_short_insert_unlock_evict_page_size_4() -> None:
     assert cache.insert(list(range(1, 9))) == 0
     check_counters(cache)
     assert cache.insert([1, 2, 3, 4, 9, 10, 11, 12]) == 4
-    assert cache.snapshot().select("node_id", "parent_id", "n_tokens").rows() == [
+    assert cache.snapshot().select("node_id", "parent_id", "num_tokens").rows() == [
         (0, None, 0), (2, 0, 4), (1, 2, 4), (3, 2, 4)]
     check_counters(cache)
     hit = cache.match_prefix([1, 2, 3, 4, 9, 10, 11, 12])
@@ -398,7 +398,7 @@ def test_snapshot_pretty_and_repr() -> None:
     cache.insert([1, 2, 3, 4, 10, 11])
     cache.inc_lock_ref(cache.match_prefix([1, 2, 3, 4, 10, 11]).last_node)
     frame = cache.snapshot()
-    assert frame.schema == {"node_id": pl.Int64, "parent_id": pl.Int64, "depth": pl.Int64, "n_tokens": pl.Int64,
+    assert frame.schema == {"node_id": pl.Int64, "parent_id": pl.Int64, "depth": pl.Int64, "num_tokens": pl.Int64,
                             "first_tokens": pl.String, "lock_ref": pl.Int64, "evictable": pl.Boolean,
                             "last_access_time": pl.Int64, "hit_count": pl.Int64, "extra_key": pl.String,
                             "priority": pl.Int64, "creation_time": pl.Int64}

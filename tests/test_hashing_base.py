@@ -78,5 +78,5 @@ def test_block_size_and_counts() -> None:
     with pytest.raises(ValueError, match=r"block_size must be below 2\*\*31, got 2147483648"):
         check_block_size(2**31)
     for bad in (-5, 2.5, "x"):
-        with pytest.raises(ValueError, match="n_tokens must be an integer >= 0"):
-            sim(4).n_hashed_blocks(bad)
+        with pytest.raises(ValueError, match="num_tokens must be an integer >= 0"):
+            sim(4).num_hashed_blocks(bad)

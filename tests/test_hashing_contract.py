@@ -33,7 +33,7 @@ def test_profile_contract(name, tokens, cut) -> None:
     hasher = MAKERS[name]()
     assert isinstance(hasher, BlockHasher)
     keys = hasher.block_keys(tokens)
-    assert keys.dtype == np.uint64 and len(keys) == hasher.n_hashed_blocks(len(tokens))
+    assert keys.dtype == np.uint64 and len(keys) == hasher.num_hashed_blocks(len(tokens))
     assert keys.tolist() == [hasher.to_u64(h) for h in hasher.block_hashes(tokens)]
     assert np.array_equal(keys, MAKERS[name]().block_keys(tokens))
     prefix = tokens[:cut]

@@ -52,7 +52,7 @@ def test_hash_vectors(case: dict) -> None:
         assert hasher.block_hashes(case["token_ids"], extras, block_mm_hashes=mm) == sequence
         if mm is None:  # block_keys takes no precomputed MM hashes
             assert hasher.block_keys(case["token_ids"], extras).tolist() == sequence
-    assert len(local) == hasher.n_hashed_blocks(len(case["token_ids"]))
+    assert len(local) == hasher.num_hashed_blocks(len(case["token_ids"]))
 
 
 def test_mm_identifier_vector() -> None:
@@ -127,7 +127,7 @@ def test_salted_seed_wraps_and_values() -> None:
 
 def test_eagle_windows_overlap_by_one_token() -> None:
     hasher = DynamoHasher(block_size=4, is_eagle=True)
-    assert hasher.n_hashed_blocks(9) == 2 and hasher.n_hashed_blocks(8) == 1 and hasher.n_hashed_blocks(0) == 0
+    assert hasher.num_hashed_blocks(9) == 2 and hasher.num_hashed_blocks(8) == 1 and hasher.num_hashed_blocks(0) == 0
     assert hasher.local_block_hashes([1, 2, 3, 4, 5])[0] == xxhash.xxh3_64_intdigest(
         b"".join(t.to_bytes(4, "little") for t in [1, 2, 3, 4, 5]), seed=1337)
 

@@ -68,9 +68,9 @@ def test_vector_init_hash_is_the_model_root(case: dict) -> None:
                          ids=[c["name"] for c in KEY_CASES if c.get("block_mm_hashes")])
 def test_block_mm_identifiers_match_vectors(case: dict) -> None:
     block_size = case["params"]["block_size"]
-    n_blocks = len(case["token_ids"]) // block_size
-    expected = [tuple(ids or ()) for ids in case["block_mm_hashes"]][:n_blocks]
-    assert block_mm_identifiers(items_for(case), n_blocks, block_size) == expected
+    num_blocks = len(case["token_ids"]) // block_size
+    expected = [tuple(ids or ()) for ids in case["block_mm_hashes"]][:num_blocks]
+    assert block_mm_identifiers(items_for(case), num_blocks, block_size) == expected
 
 
 def test_engine_hash_to_u64_vector() -> None:
@@ -83,9 +83,9 @@ def test_engine_hash_to_u64_vector() -> None:
 def test_engine_to_request_mapping_vector(label: str) -> None:
     (case,) = cases("llmd.engine_to_request_mapping")
     engine_bs, request_bs = map(int, re.search(r"engine bs(\d+), request bs(\d+)", label).groups())
-    n_tokens = case["params"]["tokens"]
-    engine_keys = [1000 + i for i in range(n_tokens // engine_bs)]
-    request_keys = list(range(n_tokens // request_bs))  # request key == its index
+    num_tokens = case["params"]["tokens"]
+    engine_keys = [1000 + i for i in range(num_tokens // engine_bs)]
+    request_keys = list(range(num_tokens // request_bs))  # request key == its index
     mapped = map_engine_to_request_keys(engine_keys, request_keys)
     assert {str(i): keys for i, keys in enumerate(mapped)} == case["expected"][label]
 
@@ -196,7 +196,7 @@ def test_keys_are_chained(tokens: list[int], position: int, new_token: int) -> N
 
 def test_partial_tail_dropped_and_counts() -> None:
     hasher = LlmdHasher(block_size=16)
-    assert len(hasher.block_hashes(range(47))) == hasher.n_hashed_blocks(47) == 2
+    assert len(hasher.block_hashes(range(47))) == hasher.num_hashed_blocks(47) == 2
     assert hasher.block_hashes([]) == []
 
 
@@ -259,7 +259,7 @@ BAD = [
     ("bad request key", lambda: map_engine_to_request_keys([1], [-4]), r"request_keys\[0\] must be .* got -4"),
     ("bad lookup key", lambda: EngineKeyMap().get_request_key("7"), "engine_key must be .* got '7'"),
     ("bad remove key", lambda: EngineKeyMap().remove(-1), "engine_key must be .* got -1"),
-    ("n_blocks negative", lambda: block_mm_identifiers([], -1, 4), "n_blocks must be an integer >= 0, got -1"),
+    ("num_blocks negative", lambda: block_mm_identifiers([], -1, 4), "num_blocks must be an integer >= 0, got -1"),
     ("item not MMItem", lambda: block_mm_identifiers([("a", 0, 1)], 1, 4), "mm_items must be MMItem values"),
 ]
 

@@ -71,7 +71,7 @@ def test_golden_vector(case: dict) -> None:
         assert hashes == expected["chunk_hashes_int"]
         want_keys = [v & U64 for v in expected["chunk_hashes_int"]]
     assert hasher.block_keys(case["token_ids"]).tolist() == want_keys
-    assert hasher.n_hashed_blocks(len(case["token_ids"])) == len(hashes)
+    assert hasher.num_hashed_blocks(len(case["token_ids"])) == len(hashes)
 
 
 def test_vector_file_has_all_cases() -> None:
@@ -238,7 +238,7 @@ def test_save_unfull_chunk_hashes_the_tail() -> None:
     tokens = list(range(10))
     assert len(full_only.block_hashes(tokens)) == 2 and len(with_tail.block_hashes(tokens)) == 3
     assert with_tail.block_hashes(tokens)[:2] == full_only.block_hashes(tokens)
-    assert with_tail.n_hashed_blocks(10) == 3 and full_only.n_hashed_blocks(10) == 2
+    assert with_tail.num_hashed_blocks(10) == 3 and full_only.num_hashed_blocks(10) == 2
 
 
 def test_lmcache_keys_ignore_lora_and_salt() -> None:

@@ -80,7 +80,7 @@ def test_partial_last_page_gets_a_hash() -> None:
     hasher = SGLangHasher(page_size=4)
     assert hasher.hashes_partial_tail and hasher.name == "sglang"
     hashes = hasher.block_hashes(list(range(1, 11)))
-    assert len(hashes) == 3 == hasher.n_hashed_blocks(10)
+    assert len(hashes) == 3 == hasher.num_hashed_blocks(10)
     assert hashes[2] == hashlib.sha256(bytes.fromhex(hashes[1]) + b"\x09\0\0\0\x0a\0\0\0").hexdigest()
     assert hasher.block_hashes(list(range(1, 12)))[:2] == hashes[:2]
     assert hasher.block_hashes(list(range(1, 12)))[2] != hashes[2]

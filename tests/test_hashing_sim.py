@@ -66,5 +66,5 @@ def test_bad_input(call, message) -> None:
 def test_hasher_interface() -> None:
     hasher = SimHasher(block_size=4, seed=1)
     assert hasher.block_hashes([1, 2, 3, 4, 5]) == chain_u64([1, 2, 3, 4], 4, 1).tolist()
-    assert hasher.to_u64(5) == 5 and hasher.n_hashed_blocks(9) == 2
-    assert SimHasher(4, partial_tail=True).n_hashed_blocks(9) == 3
+    assert hasher.to_u64(5) == 5 and hasher.num_hashed_blocks(9) == 2
+    assert SimHasher(4, partial_tail=True).num_hashed_blocks(9) == 3

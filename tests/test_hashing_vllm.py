@@ -120,9 +120,9 @@ def test_every_vector_case_is_run() -> None:
     assert len(HASH_CASES) + len(COARSE_CASES) == len(VECTORS) == 35
 
 
-@pytest.mark.parametrize(("n_tokens", "hit_tokens"), [(0, 0), (1, 0), (16, 0), (17, 16), (32, 16), (33, 32)])
-def test_max_cache_hit_tokens_last_token_rule(n_tokens: int, hit_tokens: int) -> None:
-    assert VllmHasher().max_cache_hit_tokens(n_tokens) == hit_tokens
+@pytest.mark.parametrize(("num_tokens", "hit_tokens"), [(0, 0), (1, 0), (16, 0), (17, 16), (32, 16), (33, 32)])
+def test_max_cache_hit_tokens_last_token_rule(num_tokens: int, hit_tokens: int) -> None:
+    assert VllmHasher().max_cache_hit_tokens(num_tokens) == hit_tokens
 
 
 # --- the fast pickle path against pickle itself -------------------------------------------
@@ -132,11 +132,12 @@ TOKENS = st.one_of(st.integers(0, 2**32 - 1),
                                     2**63 - 1, 2**63, 2**64 - 1]))
 
 
-@given(data=st.data(), block_size=st.integers(1, 64), n_blocks=st.integers(1, 4), parent_len=st.sampled_from([16, 32]))
-def test_fast_pickle_bytes_equal_pickle_dumps(data: st.DataObject, block_size: int, n_blocks: int,
+@given(data=st.data(), block_size=st.integers(1, 64), num_blocks=st.integers(1, 4),
+       parent_len=st.sampled_from([16, 32]))
+def test_fast_pickle_bytes_equal_pickle_dumps(data: st.DataObject, block_size: int, num_blocks: int,
                                               parent_len: int) -> None:
     rows = data.draw(st.lists(st.lists(TOKENS, min_size=block_size, max_size=block_size),
-                              min_size=n_blocks, max_size=n_blocks))
+                              min_size=num_blocks, max_size=num_blocks))
     parent = data.draw(st.binary(min_size=parent_len, max_size=parent_len))
     prefixes, suffixes = pickle_parts(np.array(rows, dtype=np.uint64), parent_len)
     for row, prefix, suffix in zip(rows, prefixes, suffixes):
@@ -396,8 +397,8 @@ def test_xxhash_without_seed_or_rng_warns_at_the_caller(make: object) -> None:
     (lambda: VllmHasher(algo="xxhash", seed="0", rng=np.random.default_rng(0)), "rng is only used .* seed='0'"),
     (lambda: VllmHasher().block_hashes([1, -2, 3]), "token_ids must be >= 0, got -2"),
     (lambda: VllmHasher().block_hashes([1, 2], extras="salt"), "extras must be a RequestExtras or None, got str"),
-    (lambda: VllmHasher().extra_keys(-1), "n_tokens must be an integer >= 0, got -1"),
-    (lambda: VllmHasher().max_cache_hit_tokens(2.5), "n_tokens must be an integer >= 0, got 2.5"),
+    (lambda: VllmHasher().extra_keys(-1), "num_tokens must be an integer >= 0, got -1"),
+    (lambda: VllmHasher().max_cache_hit_tokens(2.5), "num_tokens must be an integer >= 0, got 2.5"),
     (lambda: VllmHasher().extra_keys(16, RequestExtras(lora_path="/p")), "need a lora_name"),
     (lambda: RequestExtras(lora_name=""), "lora_name must be a non-empty str or None, got ''"),
     (lambda: VllmHasher().extra_keys(16, RequestExtras(prompt_embeds=np.full((16, 2), None))),
@@ -406,11 +407,11 @@ def test_xxhash_without_seed_or_rng_warns_at_the_caller(make: object) -> None:
     (lambda: VllmHasher(block_size=4).extra_keys(8, RequestExtras(prompt_embeds={(0, 4): bytes(32)})),
      r"needs a 32-byte sha256 digest for block \(4, 8\), got None"),
     (lambda: VllmHasher().extra_keys(16, RequestExtras(prompt_embeds=np.zeros(16))),
-     r"prompt_embeds must be a \(n_tokens, hidden\) array, got shape \(16,\)"),
+     r"prompt_embeds must be a \(num_tokens, hidden\) array, got shape \(16,\)"),
     (lambda: VllmHasher().to_u64(bytes(16)), "block_hash must be a 32-byte vllm.sha256 digest"),
     (lambda: pickle_parts(np.zeros((2, 3), np.int64), 32), "blocks must be a uint64"),
 ], ids=["algo", "block_size", "int seed", "rng", "rng with sha256", "rng with seed", "negative token", "extras type",
-        "n_tokens", "float n_tokens", "lora path without name", "empty lora name", "embeds object dtype",
+        "num_tokens", "float num_tokens", "lora path without name", "empty lora name", "embeds object dtype",
         "embeds str dtype", "embeds mapping gap", "embeds 1-D", "to_u64 length", "pickle_parts dtype"])
 def test_bad_input_raises_value_error(make: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -45,7 +45,7 @@ def test_one_pod_serves_as_the_engine_replay(drawn: Trace, capacity: int) -> Non
     full = [keys[: n // size] for keys, n in zip(drawn.frame["block_keys"].to_list(),
                                                   drawn.frame["input_tokens"].to_list())]
     trace = make_trace(full, block_size=size)
-    frame = route_requests(trace, n_pods=1, capacity_blocks=capacity, block_size=size).requests
+    frame = route_requests(trace, num_pods=1, capacity_blocks=capacity, block_size=size).requests
     engine = replay_requests(trace, capacity_blocks=capacity)
     assert frame["hit_blocks"].to_list() == engine.requests["hit_blocks"].to_list()
 
@@ -76,12 +76,12 @@ def test_coalesced_events_make_wrong_choices_reproducibly(conversation_head: Tra
 
 
 def test_other_scorers_plug_in(conversation_head: Trace) -> None:
-    frame = route_requests(conversation_head.head(50), n_pods=3, scorer=MaxPrefixScorer(), seed=3).requests
+    frame = route_requests(conversation_head.head(50), num_pods=3, scorer=MaxPrefixScorer(), seed=3).requests
     assert set(frame["pod"]) <= {"pod-0", "pod-1", "pod-2"} and not frame["wrong"].any()
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"n_pods": 0}, "n_pods"), ({"capacity_blocks": -1}, "capacity_blocks"), ({"scorer": "llmd"}, "scorer"),
+    ({"num_pods": 0}, "num_pods"), ({"capacity_blocks": -1}, "capacity_blocks"), ({"scorer": "llmd"}, "scorer"),
     ({"faults": 0.05}, "faults"), ({"seed": "x"}, "seed"),
 ])
 def test_bad_arguments_name_the_field(kwargs: dict, message: str) -> None:
@@ -114,7 +114,7 @@ def test_the_trace_tokens_are_routed_and_the_timeline_follows_the_pods() -> None
     expected = {pod: [2.0 * (pod == first)] * 2 + [2.0 * (pod == first) + (pod == last)] for pod in ("pod-0", "pod-1")}
     assert {pod: timeline[pod].to_list() for pod in expected} == expected  # full blocks cached per pod
     config = json.loads(json.dumps(result.summary.to_dict()))["config"]
-    assert config["scorer"]["type"] == "LongestPrefixScorer" and config["faults"] is None and config["n_pods"] == 2
+    assert config["scorer"]["type"] == "LongestPrefixScorer" and config["faults"] is None and config["num_pods"] == 2
 
 
 def test_at_scale_stale_events_make_wrong_choices_and_eviction_too(conversation_head: Trace) -> None:

@@ -72,10 +72,10 @@ def zipf_ids(seed: int, n_ids: int, length: int, exponent: float) -> np.ndarray:
     return rng.permutation(n_ids)[ranks].astype(np.int64)
 
 
-def multi_block_requests(seed: int, n_ids: int, n_requests: int, max_blocks: int) -> list[list[int]]:
+def multi_block_requests(seed: int, n_ids: int, num_requests: int, max_blocks: int) -> list[list[int]]:
     """Seeded requests of 1..``max_blocks`` uniform ids (repeats allowed)."""
     rng = np.random.default_rng(seed)
-    return [rng.integers(0, n_ids, size=int(rng.integers(1, max_blocks + 1))).tolist() for _ in range(n_requests)]
+    return [rng.integers(0, n_ids, size=int(rng.integers(1, max_blocks + 1))).tolist() for _ in range(num_requests)]
 
 
 def next_access(ids: np.ndarray) -> np.ndarray:

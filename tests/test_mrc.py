@@ -202,10 +202,10 @@ def test_shards_is_the_exact_curve_of_the_sampled_trace_scaled(trace, touch, war
     lists = trace.frame["block_keys"].to_list()
     kept = [[k for k in keys if shards_keep(np.array([k], dtype=np.uint64), threshold, seed)[0]] for keys in lists]
     sub = make_trace(kept, block_size=trace.block_size)
-    n_keys = trace.distinct_blocks
-    caps = list(range(n_keys + 2))
+    num_keys = trace.distinct_blocks
+    caps = list(range(num_keys + 2))
     got = mrc(trace, capacities_blocks=caps, touch_order=touch, warmup_fraction=warmup, shards_rate=rate, seed=seed)
-    idx = [n_keys if c >= n_keys else c * threshold // SHARDS_MODULUS for c in caps]
+    idx = [num_keys if c >= num_keys else c * threshold // SHARDS_MODULUS for c in caps]
     ref = mrc(sub, capacities_blocks=idx, touch_order=touch, warmup_fraction=warmup)
     expected = ref["block_hit_ratio"].to_list()  # hits / sampled refs (0.0 if none sampled)
     assert got["block_hit_ratio"].to_list() == expected

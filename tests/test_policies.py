@@ -83,7 +83,7 @@ def test_a_plug_in_exceeding_its_capacity_is_caught(conversation) -> None:
     from kvlab.policies.lru import make_state
 
     def unbounded_state(flat, capacity_blocks):  # noqa: ANN001, ANN202 - ignores the capacity
-        return make_state(flat, flat.n_keys)
+        return make_state(flat, flat.num_keys)
 
     register_policy(dataclasses.replace(get_policy("lru"), name="leaky", make_state=unbounded_state))
     try:

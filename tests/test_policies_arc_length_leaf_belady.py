@@ -64,8 +64,8 @@ def _kernel_evictions(state, offsets, block_ids, reverse, out):  # noqa: ANN001,
 def kernel_eviction_order(trace, name: str, capacity: int | None, touch: str) -> list[int]:
     """Evicted keys in order, from the compiled kernel hooks."""
     flat = trace.flat
-    state = get_policy(name).make_state(flat, flat.n_keys if capacity is None else min(capacity, flat.n_keys))
-    out = np.empty(max(flat.n_refs, 1), dtype=np.int64)
+    state = get_policy(name).make_state(flat, flat.num_keys if capacity is None else min(capacity, flat.num_keys))
+    out = np.empty(max(flat.num_refs, 1), dtype=np.int64)
     n = _kernel_evictions(state, flat.offsets, flat.block_ids, touch == "head_most_recent", out)
     return flat.keys[out[:n]].tolist()
 

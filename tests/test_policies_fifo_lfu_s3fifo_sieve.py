@@ -124,8 +124,8 @@ def _kernel_victims(offsets, block_ids, reverse, state, out):  # noqa: ANN001, A
 def kernel_victims(trace, name: str, capacity: int, reverse: bool) -> list[int]:
     """Evicted block keys, in order, from the numba kernel."""
     flat = trace.flat
-    out = np.zeros(max(flat.n_refs, 1), dtype=np.int64)
-    state = get_policy(name).make_state(flat, min(capacity, flat.n_keys))
+    out = np.zeros(max(flat.num_refs, 1), dtype=np.int64)
+    state = get_policy(name).make_state(flat, min(capacity, flat.num_keys))
     return flat.keys[out[:_kernel_victims(flat.offsets, flat.block_ids, reverse, state, out)]].tolist()
 
 
@@ -221,7 +221,7 @@ def test_s3fifo_parameters_equal_libcachesim(params: dict, hits: int) -> None:
         ref_hits += key in cache
         ref_victims += cache.access(key, i)
     flat = make_trace([[k] for k in stream], block_size=1).flat
-    out = np.zeros(flat.n_refs, dtype=np.int64)
+    out = np.zeros(flat.num_refs, dtype=np.int64)
     state = s3fifo.make_state(flat, 35, **params)
     victims = flat.keys[out[:_kernel_victims(flat.offsets, flat.block_ids, False, state, out)]].tolist()
     assert ref_hits == hits

@@ -63,17 +63,17 @@ def test_read_write_time_model():
     assert dev.read_time_s(10**9) == pytest.approx(1.001)
     assert dev.write_time_s(10**9) == pytest.approx(2.001)
     # 4 ops fit one wave, 5 ops need two; bandwidth is shared, so the byte term is unchanged.
-    assert dev.read_time_s(10**9, n_ops=4) == pytest.approx(1.001)
-    assert dev.read_time_s(10**9, n_ops=5) == pytest.approx(1.002)
-    assert dev.read_time_s(0, n_ops=9) == pytest.approx(3e-3)
-    assert dev.read_time_s(0, n_ops=0) == 0.0
+    assert dev.read_time_s(10**9, num_ops=4) == pytest.approx(1.001)
+    assert dev.read_time_s(10**9, num_ops=5) == pytest.approx(1.002)
+    assert dev.read_time_s(0, num_ops=9) == pytest.approx(3e-3)
+    assert dev.read_time_s(0, num_ops=0) == 0.0
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"n_bytes": -1}, "n_bytes must be >= 0, got -1"),
-    ({"n_bytes": 1.5}, "n_bytes must be an int, got 1.5"),
-    ({"n_bytes": 10, "n_ops": 0}, "n_ops must be >= 1 when n_bytes > 0"),
-    ({"n_bytes": 10, "n_ops": -2}, "n_ops must be >= 0, got -2"),
+    ({"num_bytes": -1}, "num_bytes must be >= 0, got -1"),
+    ({"num_bytes": 1.5}, "num_bytes must be an int, got 1.5"),
+    ({"num_bytes": 10, "num_ops": 0}, "num_ops must be >= 1 when num_bytes > 0"),
+    ({"num_bytes": 10, "num_ops": -2}, "num_ops must be >= 0, got -2"),
 ])
 def test_time_bad_input(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -172,7 +172,7 @@ def test_prefill_flops_formula():
         m.prefill_flops(10, -1)
 
 
-BASE = {"name": "m", "layers": 2, "kv_heads": 2, "q_heads": 4, "head_dim": 8, "hidden_size": 32, "n_params": 1e6}
+BASE = {"name": "m", "layers": 2, "kv_heads": 2, "q_heads": 4, "head_dim": 8, "hidden_size": 32, "num_params": 1e6}
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -180,8 +180,8 @@ BASE = {"name": "m", "layers": 2, "kv_heads": 2, "q_heads": 4, "head_dim": 8, "h
     ({"kv_heads": 2.0}, "kv_heads must be an int, got 2.0"),
     ({"q_heads": 3}, "q_heads must be a multiple of kv_heads=2, got 3"),
     ({"bytes_per_elem": 0}, "bytes_per_elem must be >= 1, got 0"),
-    ({"n_params": -1}, "n_params must be > 0, got -1"),
-    ({"n_active_params": 2e6}, "n_active_params must be <= n_params=1000000.0, got 2000000.0"),
+    ({"num_params": -1}, "num_params must be > 0, got -1"),
+    ({"num_active_params": 2e6}, "num_active_params must be <= num_params=1000000.0, got 2000000.0"),
     ({"kv_lora_rank": 512}, "kv_lora_rank and rope_dim must be given together"),
     ({"kv_lora_rank": 0, "rope_dim": 64}, "kv_lora_rank must be >= 1, got 0"),
 ])
@@ -192,7 +192,7 @@ def test_model_validation(changes, message):
 
 def test_model_defaults_and_fp8():
     m = ModelSpec(**BASE)
-    assert m.n_active_params == 1e6 and m.bytes_per_elem == 2
+    assert m.num_active_params == 1e6 and m.bytes_per_elem == 2
     fp8 = dataclasses.replace(get_model("DeepSeek-V3"), bytes_per_elem=1)
     assert fp8.kv_bytes_per_token == 35_136  # "FP8 cache ~34 KiB"
 
@@ -218,7 +218,7 @@ def test_fetch_and_offload_time():
     assert fetch_time_s(10, block, cpu, link=pcie) == pytest.approx(tier + link)
     assert offload_time_s(10, block, cpu, link=pcie) == pytest.approx(tier + link)
     assert fetch_time_s(0, block, cpu, pcie) == 0.0
-    with pytest.raises(ValueError, match="n_blocks must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="num_blocks must be >= 0, got -1"):
         fetch_time_s(-1, block, cpu)
     with pytest.raises(ValueError, match="link must be a Device or None, got 'pcie'"):
         fetch_time_s(1, block, cpu, "pcie")
@@ -259,8 +259,8 @@ def test_mooncake_eq2_reproduces_paper():
     d, s, gqa, p, a, b = 8192, 2, 8, 8192, 4, 22
     literal = 2 * d * s / (gqa * (a * p * d + b * d * d))  # right-hand side of Eq. 2 = 1 / 425,984
     assert literal == 1 / 425_984
-    a800 = mooncake_break_even_bandwidth(p, m, get_gpu_flops("A800"), n_gpus=8)
-    h800 = mooncake_break_even_bandwidth(p, m, get_gpu_flops("H800"), n_gpus=8)
+    a800 = mooncake_break_even_bandwidth(p, m, get_gpu_flops("A800"), num_gpus=8)
+    h800 = mooncake_break_even_bandwidth(p, m, get_gpu_flops("H800"), num_gpus=8)
     assert a800 == pytest.approx(8 * 312e12 * literal, rel=1e-12)  # 5.859 GB/s
     assert h800 == pytest.approx(8 * 989.5e12 * literal, rel=1e-12)  # 18.58 GB/s
     # The paper's "~6 GB/s" and "~19 GB/s" are these, rounded to whole GB/s (within 3 %).
@@ -284,8 +284,8 @@ def test_mooncake_eq2_is_eq1_break_even():
         g * 70_272 / (61 * (4 * p * 7168 + 22 * 7168**2)))
     with pytest.raises(ValueError, match="p_tokens must be >= 1, got 0"):
         mooncake_break_even_bandwidth(0, m, g)
-    with pytest.raises(ValueError, match="n_gpus must be >= 1, got 0"):
-        mooncake_break_even_bandwidth(8192, m, g, n_gpus=0)
+    with pytest.raises(ValueError, match="num_gpus must be >= 1, got 0"):
+        mooncake_break_even_bandwidth(8192, m, g, num_gpus=0)
 
 
 def test_tokens_to_load_lmcache_connector():
@@ -315,5 +315,5 @@ def test_ttft_saved_sums_tiers_in_prefix_order():
     assert ttft_saved_s([], bs, m, gpu) == 0.0
     with pytest.raises(ValueError, match=r"hits\[0\] must be a TierHit"):
         ttft_saved_s([dram], bs, m, gpu)
-    with pytest.raises(ValueError, match="n_blocks must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="num_blocks must be >= 0, got -1"):
         ttft_saved_s([(dram, -1)], bs, m, gpu)

@@ -34,13 +34,13 @@ ARBITRARY = st.lists(st.lists(st.integers(0, 15), max_size=6), min_size=1, max_s
 def store_replay(trace, specs, touch_order: str, **options) -> tuple[np.ndarray, np.ndarray, dict]:
     """The oracle: TieredStore.access_request, request by request."""
     store = TieredStore(specs, **options)
-    n_tiers = len(specs)
+    num_tiers = len(specs)
     hits, used = [], []
     for keys in trace.frame["block_keys"].to_list():
-        hits.append(store.access_request(keys, touch_order=touch_order).blocks_per_tier(n_tiers))
+        hits.append(store.access_request(keys, touch_order=touch_order).blocks_per_tier(num_tiers))
         used.append([len(t) for t in store.tiers])
     store.check()
-    return np.array(hits).reshape(-1, n_tiers), np.array(used).reshape(-1, n_tiers), store.counters()
+    return np.array(hits).reshape(-1, num_tiers), np.array(used).reshape(-1, num_tiers), store.counters()
 
 
 @given(trace=st.one_of(chained_traces(), ARBITRARY), specs=TIERS, write_policy=st.sampled_from(WRITE_POLICIES),
@@ -108,16 +108,28 @@ def test_result_frames_and_timeline() -> None:
     # resident blocks: GPU 2, 2, 2; CPU 1, 2, 2: logged after requests 0 and 1 (changes), and 2 (the last)
     assert result.requests["used_blocks_CPU"].to_list() == [1, 2, 2]
     assert result.timeline.columns == ["step", "time_s", "tier", "metric", "value"]
-    assert result.timeline.rows() == [(0, 0.0, "GPU", "used_blocks", 2.0), (1, 1.0, "GPU", "used_blocks", 2.0),
-                                      (2, 2.0, "GPU", "used_blocks", 2.0), (0, 0.0, "CPU", "used_blocks", 1.0),
-                                      (1, 1.0, "CPU", "used_blocks", 2.0), (2, 2.0, "CPU", "used_blocks", 2.0)]
+    timeline = result.timeline
+    assert timeline.filter(metric="used_blocks").rows() == [(0, 0.0, "GPU", "used_blocks", 2.0),
+                                                            (1, 1.0, "GPU", "used_blocks", 2.0),
+                                                            (2, 2.0, "GPU", "used_blocks", 2.0),
+                                                            (0, 0.0, "CPU", "used_blocks", 1.0),
+                                                            (1, 1.0, "CPU", "used_blocks", 2.0),
+                                                            (2, 2.0, "CPU", "used_blocks", 2.0)]
+    # every request's hits per tier, the computed blocks under the first tier, bounded capacities
+    for tier, hits in (("GPU", [0.0, 2.0, 2.0]), ("CPU", [0.0, 0.0, 1.0])):
+        assert timeline.filter(metric="hit_blocks", tier=tier).select("step", "value").rows() == list(enumerate(hits))
+        assert result.requests[f"hit_blocks_{tier}"].to_list() == hits
+    assert timeline.filter(metric="miss_blocks").select("step", "tier", "value").rows() == [
+        (0, "GPU", 3.0), (1, "GPU", 1.0), (2, "GPU", 0.0)]
+    assert timeline.filter(metric="capacity_blocks").select("step", "tier", "value").rows() == [
+        (0, "GPU", 2.0), (2, "GPU", 2.0)]
 
 
 def test_timeline_keeps_the_changes_and_the_requests_before_them() -> None:
     """Three one-block requests of new keys, then repeats of the first: the GPU (2 blocks)
     fills after requests 0 and 1 and never changes again: steps 0, 1 and the last."""
     trace = make_trace([[1], [2], [1], [2], [1], [2]], block_size=1)
-    timeline = replay_tiered(trace, [("GPU", 2)]).timeline
+    timeline = replay_tiered(trace, [("GPU", 2)]).timeline.filter(metric="used_blocks")
     assert timeline["step"].to_list() == [0, 1, 5] and timeline["value"].to_list() == [1.0, 2.0, 2.0]
 
 

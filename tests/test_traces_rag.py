@@ -121,7 +121,7 @@ def test_block_keys_are_the_hashers_keys_of_the_token_ids() -> None:
 
 
 @pytest.mark.parametrize("kwargs, field", [
-    ({"n_requests": 0}, "n_requests"),
+    ({"num_requests": 0}, "num_requests"),
     ({"num_documents": 0}, "num_documents"),
     ({"document_tokens": 0}, "document_tokens"),
     ({"docs_per_request": 0}, "docs_per_request"),
@@ -139,9 +139,9 @@ def test_block_keys_are_the_hashers_keys_of_the_token_ids() -> None:
     ({"document_tokens": 2**31, "num_documents": 4}, "u32"),
 ])
 def test_bad_parameters_raise_naming_the_field(kwargs: dict, field: str) -> None:
-    args = {"n_requests": 2, **TO8, **kwargs}
+    args = {"num_requests": 2, **TO8, **kwargs}
     with pytest.raises(ValueError, match=field):
-        rag(args.pop("n_requests"), **args)
+        rag(args.pop("num_requests"), **args)
 
 
 @settings(max_examples=40, deadline=None)

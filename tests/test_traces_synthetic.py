@@ -7,7 +7,7 @@ import pytest
 
 from kvlab.traces import ChatWorkload, chat_sessions
 
-SMALL = ChatWorkload(n_sessions=40, mean_turns=3.0, system_prompt_tokens=1000, block_size=64)
+SMALL = ChatWorkload(num_sessions=40, mean_turns=3.0, system_prompt_tokens=1000, block_size=64)
 
 
 def test_same_seed_same_trace_other_seed_other_trace() -> None:
@@ -47,12 +47,12 @@ def test_each_turn_extends_the_previous_prompt_of_its_session() -> None:
 
 
 def test_sessions_stop_before_max_input() -> None:
-    trace = chat_sessions(ChatWorkload(n_sessions=30, mean_turns=20, max_input_tokens=4000, block_size=64), seed=0)
+    trace = chat_sessions(ChatWorkload(num_sessions=30, mean_turns=20, max_input_tokens=4000, block_size=64), seed=0)
     assert trace.frame["input_tokens"].max() <= 4000
 
 
 @pytest.mark.parametrize(("field", "value"), [
-    ("n_sessions", 0), ("n_sessions", 2.5), ("mean_turns", 0.5), ("block_size", 0),
+    ("num_sessions", 0), ("num_sessions", 2.5), ("mean_turns", 0.5), ("block_size", 0),
     ("user_tokens_mean", -1.0), ("think_time_mean_s", float("nan")), ("system_prompt_tokens", -1),
     ("max_input_tokens", 100),
 ])
@@ -67,7 +67,7 @@ def test_bad_arguments_are_rejected() -> None:
     with pytest.raises(ValueError, match="seed must be an integer >= 0 or a numpy.random.Generator, got None"):
         chat_sessions(SMALL, seed=None)
     with pytest.raises(ValueError, match="no request generated"):
-        chat_sessions(ChatWorkload(n_sessions=3, user_tokens_mean=1e9), seed=0)
+        chat_sessions(ChatWorkload(num_sessions=3, user_tokens_mean=1e9), seed=0)
 
 
 def test_zipf_objects_is_seeded_and_skewed() -> None:
@@ -81,5 +81,5 @@ def test_zipf_objects_is_seeded_and_skewed() -> None:
     assert 1.7 < top[0] / top[1] < 2.3
     uniform = np.bincount(zipf_objects(20_000, 1_000, alpha=0.0, seed=3).flat.block_ids)
     assert uniform.max() < 60
-    with pytest.raises(ValueError, match="n_objects must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="num_objects must be an integer >= 1, got 0"):
         zipf_objects(10, 0)

@@ -11,12 +11,12 @@ CORPUS = {"num_documents": 3, "document_tokens": 512, "system_prompt_tokens": 25
 PROMPT_1 = 256 + 512  # one document: 3 chunks of 256 tokens
 
 
-def prefix_saved_fraction(n_requests: int) -> float:
+def prefix_saved_fraction(num_requests: int) -> float:
     """One document per request, unbounded cache, computed by hand: after the first request the system
     prompt is a prefix hit, and the whole prompt when its document came before (whole-prompt hits count)."""
-    docs = [ids[0] for ids in rag(n_requests, docs_per_request=1, **CORPUS).frame["document_ids"].to_list()]
+    docs = [ids[0] for ids in rag(num_requests, docs_per_request=1, **CORPUS).frame["document_ids"].to_list()]
     saved = [0 if r == 0 else PROMPT_1 if d in docs[:r] else 256 for r, d in enumerate(docs)]
-    return sum(saved) / (n_requests * PROMPT_1)
+    return sum(saved) / (num_requests * PROMPT_1)
 
 
 def test_sliders_rerun_the_replay_and_update_the_text() -> None:
@@ -36,7 +36,7 @@ def test_sliders_rerun_the_replay_and_update_the_text() -> None:
 
 
 def test_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="n_requests must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="num_requests must be an integer >= 1, got 0"):
         SavingsPanel(0)
     with pytest.raises(ValueError, match="summary must be a replay_rag RagSummary"):
         savings_text({"saved_fraction": 0.5})

@@ -36,7 +36,7 @@ def test_radix_tree_chart_from_a_real_cache() -> None:
     nodes = pl.DataFrame(max(spec["datasets"].values(), key=len))
     assert sorted(nodes["status"].to_list()) == ["evictable leaf", "locked", "locked", "root"]
     layout = tree_layout(cache.snapshot())
-    leaves = layout.filter(pl.col("n_tokens") < 3)
+    leaves = layout.filter(pl.col("num_tokens") < 3)
     assert layout.filter(pl.col("parent_id").is_null())["x"].item() == 0.5  # the root sits between its leaves
     assert leaves.height >= 2
     with pytest.raises(ValueError, match="no root"):

@@ -45,8 +45,8 @@ _U64_MAX = (1 << 64) - 1
 
 @njit(cache=True, nogil=True)
 def _rolling(tokens, k, base):  # noqa: ANN001, ANN202 - numba kernel (B5); k <= len(tokens)
-    n_windows = tokens.shape[0] - k + 1
-    out = np.empty(n_windows, dtype=np.uint64)
+    num_windows = tokens.shape[0] - k + 1
+    out = np.empty(num_windows, dtype=np.uint64)
     top = np.uint64(1)  # base ** (k - 1), the weight of the outgoing token
     for _ in range(k - 1):
         top *= base
@@ -54,7 +54,7 @@ def _rolling(tokens, k, base):  # noqa: ANN001, ANN202 - numba kernel (B5); k <=
     for i in range(k):
         h = h * base + np.uint64(tokens[i])
     out[0] = h
-    for i in range(1, n_windows):
+    for i in range(1, num_windows):
         h = (h - np.uint64(tokens[i - 1]) * top) * base + np.uint64(tokens[i + k - 1])
         out[i] = h
     return out
@@ -62,9 +62,9 @@ def _rolling(tokens, k, base):  # noqa: ANN001, ANN202 - numba kernel (B5); k <=
 
 @njit(cache=True, nogil=True)
 def _chunks(tokens, k, base):  # noqa: ANN001, ANN202 - numba kernel (B6)
-    n_chunks = tokens.shape[0] // k
-    out = np.empty(n_chunks, dtype=np.uint64)
-    for j in range(n_chunks):
+    num_chunks = tokens.shape[0] // k
+    out = np.empty(num_chunks, dtype=np.uint64)
+    for j in range(num_chunks):
         h = np.uint64(0)
         for i in range(j * k, (j + 1) * k):
             h = h * base + np.uint64(tokens[i])

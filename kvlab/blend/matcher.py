@@ -49,7 +49,7 @@ _U64_MAX = (1 << 64) - 1
 TABLE_BITS_RANGE = (3, 30)
 #: Largest ``align_tokens`` of :meth:`TokenRangeMatcher.match` (engine block sizes are far smaller).
 MAX_ALIGN_TOKENS = (1 << 31) - 1
-#: Stored positions are int64: ``position_offset + n_chunks * chunk_size`` (the last ``old_ed``) must not exceed this.
+#: Stored positions are int64: ``position_offset + num_chunks * chunk_size`` (the last ``old_ed``) must not exceed this.
 MAX_POSITION = (1 << 63) - 1
 _LIST_HINT = "pass a list or 1-D integer array"
 
@@ -182,10 +182,10 @@ class TokenRangeMatcher:
         Args:
             token_ids: ``uint32``-range token ids (list or 1-D integer array; not a string or generator).
             storage_keys: one u64 key per FULL chunk of ``token_ids`` (``len(token_ids) // chunk_size``).
-            start_chunk: first chunk to index (``0 <= start_chunk <= n_chunks``; 1 when the
+            start_chunk: first chunk to index (``0 <= start_chunk <= num_chunks``; 1 when the
                 prefix path already owns chunk 0).
             position_offset: position of ``token_ids[0]`` in the stored sequence, tokens (>= 0, and
-                ``position_offset + n_chunks * chunk_size <= MAX_POSITION`` = 2**63 - 1: positions are int64).
+                ``position_offset + num_chunks * chunk_size <= MAX_POSITION`` = 2**63 - 1: positions are int64).
 
         Returns:
             The number of chunks newly indexed.
@@ -196,21 +196,21 @@ class TokenRangeMatcher:
                 out of range; nothing is indexed then.
         """
         tokens = _as_ints("token_ids", token_ids, _U32_MAX, np.uint32)
-        n_chunks = tokens.shape[0] // self._k
+        num_chunks = tokens.shape[0] // self._k
         keys = _as_ints("storage_keys", storage_keys, _U64_MAX, np.uint64)
-        if keys.shape[0] != n_chunks:
-            raise ValueError(f"storage_keys must hold one key per full chunk ({n_chunks} chunks of {self._k} tokens "
+        if keys.shape[0] != num_chunks:
+            raise ValueError(f"storage_keys must hold one key per full chunk ({num_chunks} chunks of {self._k} tokens "
                              f"in {tokens.shape[0]} token_ids), got {keys.shape[0]}")
-        first = check_int("start_chunk", start_chunk, low=0, high=n_chunks)
-        offset = check_int("position_offset", position_offset, low=0, high=MAX_POSITION - n_chunks * self._k)
+        first = check_int("start_chunk", start_chunk, low=0, high=num_chunks)
+        offset = check_int("position_offset", position_offset, low=0, high=MAX_POSITION - num_chunks * self._k)
         index = self._ids
         key_list = keys.tolist()
         fresh = key_list[first:]
         if len(set(fresh)) == len(fresh) and index.keys().isdisjoint(fresh):  # the usual case, in C loops
-            picked = list(range(first, n_chunks))
+            picked = list(range(first, num_chunks))
         else:
             picked, batch = [], set()
-            for j in range(first, n_chunks):
+            for j in range(first, num_chunks):
                 key = key_list[j]
                 if key not in index and key not in batch:
                     batch.add(key)

@@ -232,7 +232,7 @@ def replay_rag(trace: Trace, *, chunk_size: int = 256, capacity_chunks: int | No
                        min_blend_tokens=min_blend_tokens, model=model, gpu_flops=gpu_flops, device=device, link=link)
     _check_trace(trace, config.chunk_size)
     columns, used, evictions, prefix_only_evicted = _run(trace, config)
-    n_chunks = -(-pl.Series(columns["input_tokens"]).to_numpy() // config.chunk_size)
+    num_chunks = -(-pl.Series(columns["input_tokens"]).to_numpy() // config.chunk_size)
     requests = pl.DataFrame({
         "request_id": trace.frame["request_id"], "arrival_s": trace.frame["arrival_s"],
         **{k: pl.Series(k, v, dtype=pl.Float64 if k.endswith("_s") else pl.Int64) for k, v in columns.items()},
@@ -240,7 +240,7 @@ def replay_rag(trace: Trace, *, chunk_size: int = 256, capacity_chunks: int | No
     metrics = {"used_blocks": used, "evictions": evictions}
     if config.capacity_chunks is not None:
         metrics["capacity_blocks"] = np.full(len(used), config.capacity_chunks)
-    metrics |= {"hit_blocks": columns["hit_blocks"], "miss_blocks": n_chunks - np.asarray(columns["hit_blocks"])}
+    metrics |= {"hit_blocks": columns["hit_blocks"], "miss_blocks": num_chunks - np.asarray(columns["hit_blocks"])}
     timeline = timeline_frame(np.arange(len(used)), trace.frame["arrival_s"].to_numpy(), SINGLE_TIER, metrics)
     return RunResult(requests, timeline, _summary(trace.source, config, requests, sum(evictions),
                                                   prefix_only_evicted), config)
@@ -272,8 +272,8 @@ def _run(trace: Trace, config: RagConfig) -> tuple[dict[str, list], list[int], l
     used, evictions = [], []
     for r in range(len(trace)):
         tokens = tokens_flat[token_offsets[r]:token_offsets[r + 1]]
-        n_chunks = tokens.shape[0] // chunk_size
-        chunk_keys = keys_flat[key_offsets[r] + per_block - 1:key_offsets[r + 1]:per_block][:n_chunks]
+        num_chunks = tokens.shape[0] // chunk_size
+        chunk_keys = keys_flat[key_offsets[r] + per_block - 1:key_offsets[r + 1]:per_block][:num_chunks]
         key_list = chunk_keys.tolist()
         only = prefill_savings(tokens.shape[0], prefix_only.prefix_hits(key_list) * chunk_size, **split)
         hit_chunks = blend.prefix_hits(key_list)
@@ -284,7 +284,7 @@ def _run(trace: Trace, config: RagConfig) -> tuple[dict[str, list], list[int], l
         for cache in (prefix_only, blend):
             cache.touch(reversed(key_list))
         prefix_only.evict_over_capacity()
-        matcher.register(tokens[:n_chunks * chunk_size], chunk_keys)
+        matcher.register(tokens[:num_chunks * chunk_size], chunk_keys)
         evicted = blend.evict_over_capacity()
         if evicted:
             matcher.remove(np.asarray(evicted, dtype=np.uint64))

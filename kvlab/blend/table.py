@@ -382,7 +382,7 @@ def probe(t, query, base, stride):  # noqa: ANN001, ANN201
     ids = np.empty(n_out, dtype=np.int32)
     touched = np.empty(n_out, dtype=np.int32)
     r = 0
-    n_touched = 0
+    num_touched = 0
     for pos in range(0, hashes.shape[0], stride):
         h = hashes[pos]
         group, tag = _group_and_tag(h, shift)
@@ -395,8 +395,8 @@ def probe(t, query, base, stride):  # noqa: ANN001, ANN201
         i = _nearest_copy(t, c, pos)
         reported[i] = 1
         if used[c] == 0:
-            touched[n_touched] = c
-            n_touched += 1
+            touched[num_touched] = c
+            num_touched += 1
         used[c] += 1
         cur[r] = pos
         ids[r] = i
@@ -405,6 +405,6 @@ def probe(t, query, base, stride):  # noqa: ANN001, ANN201
             break
     for j in range(r):
         reported[ids[j]] = 0
-    for j in range(n_touched):
+    for j in range(num_touched):
         used[touched[j]] = 0
     return cur[:r], ids[:r]

@@ -108,8 +108,8 @@ def admit(manager: KVCacheManager, request: Request) -> str:
     """Look up and admit ``request`` (its whole prompt); describe hits, blocks, evictions."""
     holders = {b.block_hash: b.block_id for b in manager.block_pool.blocks if b.block_hash is not None}
     manager.take_events()
-    hits, n_hit = manager.get_computed_blocks(request)
-    new = manager.allocate_slots(request, request.num_tokens - n_hit, n_hit, hits)
+    hits, num_hit = manager.get_computed_blocks(request)
+    new = manager.allocate_slots(request, request.num_tokens - num_hit, num_hit, hits)
     if new is None:
         return "does not fit; nothing changes"
     evicted = [holders[k] for e in manager.take_events() if isinstance(e, BlockRemoved) for k in e.block_hashes]

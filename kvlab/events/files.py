@@ -8,7 +8,7 @@ integers unsigned 32-bit big-endian (as the seq frame is big-endian)::
 
     file     = magic message*                  (no trailer: the file ends after the last message)
     magic    = "KVLABEV1"                      (8 ASCII bytes; the last one is the format version)
-    message  = n_frames frame{n_frames}        (1 <= n_frames <= MAX_FRAMES_PER_MESSAGE)
+    message  = num_frames frame{num_frames}        (1 <= num_frames <= MAX_FRAMES_PER_MESSAGE)
     frame    = length bytes{length}            (0 <= length < 2**32)
 
 An empty stream is the 8 magic bytes alone. Nothing else is stored: a batch's publish
@@ -151,15 +151,15 @@ class _Reader:
         where = f"message {index} at byte {self.offset}" if index is not None else f"byte {self.offset}"
         return ValueError(f"{self.path}: {where}: {reason}")
 
-    def read(self, n_bytes: int, index: int | None, what: str) -> bytes:
+    def read(self, num_bytes: int, index: int | None, what: str) -> bytes:
         left = self.size_bytes - self.offset
-        if n_bytes > left:
-            raise self.fail(index, f"{what} needs {n_bytes} bytes but only {left} remain: the file is truncated "
+        if num_bytes > left:
+            raise self.fail(index, f"{what} needs {num_bytes} bytes but only {left} remain: the file is truncated "
                                    f"or corrupt")
-        data = self.handle.read(n_bytes)
-        if len(data) != n_bytes:  # the file shrank while being read
-            raise self.fail(index, f"{what}: expected {n_bytes} bytes, read {len(data)}")
-        self.offset += n_bytes
+        data = self.handle.read(num_bytes)
+        if len(data) != num_bytes:  # the file shrank while being read
+            raise self.fail(index, f"{what}: expected {num_bytes} bytes, read {len(data)}")
+        self.offset += num_bytes
         return data
 
     def check_magic(self) -> None:
@@ -174,13 +174,13 @@ class _Reader:
         index = 0
         while self.offset < self.size_bytes:
             start = self.offset
-            n_frames = int.from_bytes(self.read(4, index, "the frame count"), "big")
-            if not 1 <= n_frames <= MAX_FRAMES_PER_MESSAGE:
+            num_frames = int.from_bytes(self.read(4, index, "the frame count"), "big")
+            if not 1 <= num_frames <= MAX_FRAMES_PER_MESSAGE:
                 self.offset = start
-                raise self.fail(index, f"frame count {n_frames} is not in [1, {MAX_FRAMES_PER_MESSAGE}]: the file "
+                raise self.fail(index, f"frame count {num_frames} is not in [1, {MAX_FRAMES_PER_MESSAGE}]: the file "
                                        f"is corrupt")
             frames = []
-            for position in range(n_frames):
+            for position in range(num_frames):
                 length = int.from_bytes(self.read(4, index, f"frame {position}'s length"), "big")
                 frames.append(self.read(length, index, f"frame {position} ({length} bytes)"))
             yield frames

@@ -100,12 +100,12 @@ def _freeze_key(name: str, value: object, depth: int = 0) -> object:
                      f"got {type(value).__name__} {value!r}")
 
 
-def _check_extra_keys(value: object, n_blocks: int) -> tuple[tuple | None, ...] | None:
+def _check_extra_keys(value: object, num_blocks: int) -> tuple[tuple | None, ...] | None:
     if value is None:
         return None
     entries = _as_tuple("extra_keys", value)
-    if len(entries) != n_blocks:
-        raise ValueError(f"extra_keys has {len(entries)} entries but block_hashes has {n_blocks}; "
+    if len(entries) != num_blocks:
+        raise ValueError(f"extra_keys has {len(entries)} entries but block_hashes has {num_blocks}; "
                          f"vLLM sends one entry (a tuple or None) per block")
     frozen = []
     for i, entry in enumerate(entries):

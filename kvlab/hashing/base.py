@@ -88,7 +88,7 @@ class RequestExtras:
             placeholder ranges must not overlap. ``None`` means none.
         cache_salt: per-tenant salt (vLLM ``cache_salt``; Dynamo cache namespace;
             SGLang ``cache_salt``); ``""`` means none, as the engines treat it.
-        prompt_embeds: vLLM prompt embeddings: a ``(n_tokens, hidden)`` array (hashed
+        prompt_embeds: vLLM prompt embeddings: a ``(num_tokens, hidden)`` array (hashed
             as the raw bytes of rows ``[start, end)`` of each block) or a mapping
             ``(start, end) -> 32-byte sha256 digest`` per block.
 
@@ -147,8 +147,8 @@ def _sorted_items(mm_items: object) -> tuple[MMItem, ...]:
     return items
 
 
-def resolve_extras(extras: object, n_tokens: int) -> RequestExtras:
-    """``extras`` checked for a prompt of ``n_tokens`` tokens (``None`` → no extras).
+def resolve_extras(extras: object, num_tokens: int) -> RequestExtras:
+    """``extras`` checked for a prompt of ``num_tokens`` tokens (``None`` → no extras).
 
     Raises:
         ValueError: not a :class:`RequestExtras`, or an MM item whose placeholders end
@@ -158,8 +158,8 @@ def resolve_extras(extras: object, n_tokens: int) -> RequestExtras:
         return NO_EXTRAS
     if not isinstance(extras, RequestExtras):
         raise ValueError(f"extras must be a RequestExtras or None, got {type(extras).__name__}")
-    if extras.mm_items and extras.mm_items[-1].end > n_tokens:
-        raise ValueError(f"mm item {extras.mm_items[-1]} ends after the prompt ({n_tokens} tokens)")
+    if extras.mm_items and extras.mm_items[-1].end > num_tokens:
+        raise ValueError(f"mm item {extras.mm_items[-1]} ends after the prompt ({num_tokens} tokens)")
     return extras
 
 
@@ -223,17 +223,17 @@ class BlockHasher(ABC):
         """The engine's 64-bit form of one native hash (e.g. its KV-event id)."""
 
     def block_keys(self, token_ids: Sequence[int] | np.ndarray, extras: RequestExtras | None = None) -> np.ndarray:
-        """``uint64[n_blocks]``: :meth:`to_u64` of every block hash — kvlab's block keys."""
+        """``uint64[num_blocks]``: :meth:`to_u64` of every block hash — kvlab's block keys."""
         return np.array([self.to_u64(h) for h in self.block_hashes(token_ids, extras)], dtype=np.uint64)
 
-    def n_hashed_blocks(self, n_tokens: int) -> int:
-        """Number of blocks a prompt of ``n_tokens`` tokens gets hashes for.
+    def num_hashed_blocks(self, num_tokens: int) -> int:
+        """Number of blocks a prompt of ``num_tokens`` tokens gets hashes for.
 
         Raises:
-            ValueError: ``n_tokens`` is not an integer >= 0.
+            ValueError: ``num_tokens`` is not an integer >= 0.
         """
-        n_tokens = check_count("n_tokens", n_tokens)
-        full, rest = divmod(n_tokens, self.block_size)
+        num_tokens = check_count("num_tokens", num_tokens)
+        full, rest = divmod(num_tokens, self.block_size)
         return full + (1 if rest and self.hashes_partial_tail else 0)
 
     def __repr__(self) -> str:
@@ -331,7 +331,7 @@ def as_u32_tokens(token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
     return arr.astype(np.uint32)
 
 
-def block_mm_identifiers(mm_items: Sequence[MMItem], n_blocks: int, block_size: int) -> list[tuple[str, ...]]:
+def block_mm_identifiers(mm_items: Sequence[MMItem], num_blocks: int, block_size: int) -> list[tuple[str, ...]]:
     """Per block, the identifiers of the MM items overlapping it, in offset order.
 
     Block ``i`` covers tokens ``[i * block_size, (i + 1) * block_size)``; an item covers
@@ -341,25 +341,25 @@ def block_mm_identifiers(mm_items: Sequence[MMItem], n_blocks: int, block_size: 
 
     Args:
         mm_items: the request's items, any order (sorted here by offset, stable).
-        n_blocks: number of blocks to report (≥ 0).
+        num_blocks: number of blocks to report (≥ 0).
         block_size: tokens per block (≥ 1).
 
     Returns:
-        ``n_blocks`` tuples of identifiers (empty for text-only blocks).
+        ``num_blocks`` tuples of identifiers (empty for text-only blocks).
 
     Raises:
-        ValueError: bad ``block_size`` or ``n_blocks``, or an item that is not an :class:`MMItem`.
+        ValueError: bad ``block_size`` or ``num_blocks``, or an item that is not an :class:`MMItem`.
 
     Example:
         >>> block_mm_identifiers([MMItem("b", 5, 2), MMItem("a", 1, 6)], 3, 4)
         [('a',), ('a', 'b'), ()]
     """
     block_size = check_block_size(block_size)
-    n_blocks = check_count("n_blocks", n_blocks)
+    num_blocks = check_count("num_blocks", num_blocks)
     if not all(isinstance(item, MMItem) for item in mm_items):
         raise ValueError(f"mm_items must be MMItem values, got {mm_items!r}")
-    per_block: list[list[str]] = [[] for _ in range(n_blocks)]
+    per_block: list[list[str]] = [[] for _ in range(num_blocks)]
     for item in sorted(mm_items, key=lambda it: it.offset):
-        for block in range(item.offset // block_size, min((item.end - 1) // block_size + 1, n_blocks)):
+        for block in range(item.offset // block_size, min((item.end - 1) // block_size + 1, num_blocks)):
             per_block[block].append(item.identifier)
     return [tuple(ids) for ids in per_block]

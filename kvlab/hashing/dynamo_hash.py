@@ -150,25 +150,25 @@ class DynamoHasher(BlockHasher):
         self.block_size = check_block_size(block_size)
         self.is_eagle = check_flag("is_eagle", is_eagle)
 
-    def n_hashed_blocks(self, n_tokens: int) -> int:
-        """Full windows in ``n_tokens`` tokens: ``n // B``, or ``(n - 1) // B`` with Eagle."""
-        return max(n_tokens - self.is_eagle, 0) // self.block_size
+    def num_hashed_blocks(self, num_tokens: int) -> int:
+        """Full windows in ``num_tokens`` tokens: ``n // B``, or ``(n - 1) // B`` with Eagle."""
+        return max(num_tokens - self.is_eagle, 0) // self.block_size
 
     def local_block_hashes(self, token_ids: Sequence[int] | np.ndarray, extras: RequestExtras | None = None, *,
                            block_mm_hashes: Sequence[Sequence[int] | None] | None = None) -> list[int]:
         """``LocalBlockHash`` (``u64``) of every full window, in order.
 
         Args:
-            token_ids: ``int[n_tokens]``, each in ``[0, 2**32)``.
+            token_ids: ``int[num_tokens]``, each in ``[0, 2**32)``.
             extras: ``lora_name``, ``cache_salt`` and ``mm_items`` are used.
             block_mm_hashes: precomputed ``u64`` MM hashes per block (Dynamo's
                 ``block_mm_infos``), ``None`` or a list per block, instead of
                 ``extras.mm_items``: one entry per hashed block, or per block of the prompt
-                (``ceil(n_tokens / block_size)``, as ``build_block_mm_infos`` makes);
+                (``ceil(num_tokens / block_size)``, as ``build_block_mm_infos`` makes);
                 entries past the hashed blocks are ignored.
 
         Returns:
-            :meth:`n_hashed_blocks` hashes.
+            :meth:`num_hashed_blocks` hashes.
 
         Raises:
             ValueError: invalid tokens or extras; ``block_mm_hashes`` given together with
@@ -176,33 +176,33 @@ class DynamoHasher(BlockHasher):
         """
         tokens = as_u32_tokens(token_ids).astype("<u4")
         extras = resolve_extras(extras, len(tokens))
-        n_blocks = self.n_hashed_blocks(len(tokens))
-        mm = self._block_mm(extras, block_mm_hashes, n_blocks, len(tokens))
+        num_blocks = self.num_hashed_blocks(len(tokens))
+        mm = self._block_mm(extras, block_mm_hashes, num_blocks, len(tokens))
         seed = salted_seed(extras.lora_name, extras.cache_salt)
         window = self.block_size + self.is_eagle
         hashes = []
-        for i in range(n_blocks):
+        for i in range(num_blocks):
             start = i * self.block_size
             data = tokens[start:start + window].tobytes() + np.array(sorted(mm[i]), dtype="<u8").tobytes()
             hashes.append(xxhash.xxh3_64_intdigest(data, seed=seed))
         return hashes
 
     def _block_mm(self, extras: RequestExtras, block_mm_hashes: Sequence[Sequence[int] | None] | None,
-                  n_blocks: int, n_tokens: int) -> list[list[int]]:
+                  num_blocks: int, num_tokens: int) -> list[list[int]]:
         """Per hashed block, its MM ``u64`` hashes (from ``extras`` or ``block_mm_hashes``)."""
         if block_mm_hashes is None:
-            ids = block_mm_identifiers(extras.mm_items, n_blocks, self.block_size)
+            ids = block_mm_identifiers(extras.mm_items, num_blocks, self.block_size)
             return [[mm_hash_from_identifier(identifier) for identifier in block] for block in ids]
         if extras.mm_items:
             raise ValueError("give multimodal items either as extras.mm_items or as block_mm_hashes, not both")
         if not isinstance(block_mm_hashes, (Sequence, np.ndarray)) or isinstance(block_mm_hashes, str):
             raise ValueError(f"block_mm_hashes must be a list (one entry per block) or None, got {block_mm_hashes!r}")
-        n_prompt_blocks = -(-n_tokens // self.block_size)
-        if not n_blocks <= len(block_mm_hashes) <= n_prompt_blocks:
-            raise ValueError(f"block_mm_hashes must have one entry per block ({n_blocks} hashed blocks, "
-                             f"{n_prompt_blocks} prompt blocks), got {len(block_mm_hashes)}")
+        num_prompt_blocks = -(-num_tokens // self.block_size)
+        if not num_blocks <= len(block_mm_hashes) <= num_prompt_blocks:
+            raise ValueError(f"block_mm_hashes must have one entry per block ({num_blocks} hashed blocks, "
+                             f"{num_prompt_blocks} prompt blocks), got {len(block_mm_hashes)}")
         out = []
-        for i in range(n_blocks):
+        for i in range(num_blocks):
             entry = block_mm_hashes[i]
             if entry is not None and (isinstance(entry, (str, bytes)) or not isinstance(entry, (Sequence, np.ndarray))):
                 raise ValueError(f"block_mm_hashes[{i}] must be a list of u64 or None, got {entry!r}")

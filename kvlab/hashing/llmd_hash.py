@@ -69,26 +69,26 @@ def _fnv_cbor_head(h, major, value):  # noqa: ANN001, ANN202 - numba helper
     if value < np.uint64(24):
         return (h ^ (major | value)) * _FNV_PRIME
     if value < np.uint64(0x100):
-        n_bytes, info = 1, np.uint64(24)
+        num_bytes, info = 1, np.uint64(24)
     elif value < np.uint64(0x10000):
-        n_bytes, info = 2, np.uint64(25)
+        num_bytes, info = 2, np.uint64(25)
     elif value < np.uint64(0x100000000):
-        n_bytes, info = 4, np.uint64(26)
+        num_bytes, info = 4, np.uint64(26)
     else:
-        n_bytes, info = 8, np.uint64(27)
+        num_bytes, info = 8, np.uint64(27)
     h = (h ^ (major | info)) * _FNV_PRIME
-    for i in range(n_bytes - 1, -1, -1):  # big-endian
+    for i in range(num_bytes - 1, -1, -1):  # big-endian
         h = (h ^ ((value >> np.uint64(8 * i)) & _BYTE)) * _FNV_PRIME
     return h
 
 
 @njit(cache=True, nogil=True)
-def _text_chain(tokens, block_size, n_blocks, parent):  # noqa: ANN001, ANN202 - numba kernel
-    """Chained keys ``H(parent, block, None)`` of ``n_blocks`` full blocks of ``uint32`` tokens:
+def _text_chain(tokens, block_size, num_blocks, parent):  # noqa: ANN001, ANN202 - numba kernel
+    """Chained keys ``H(parent, block, None)`` of ``num_blocks`` full blocks of ``uint32`` tokens:
     FNV-1a-64 over ``0x83, uint(parent), array(block_size), uint(token)..., 0xF6``."""
-    out = np.empty(n_blocks, dtype=np.uint64)
+    out = np.empty(num_blocks, dtype=np.uint64)
     size = np.uint64(block_size)
-    for b in range(n_blocks):
+    for b in range(num_blocks):
         h = (_FNV_OFFSET ^ _CBOR_ARRAY_OF_3) * _FNV_PRIME
         h = _fnv_cbor_head(h, _CBOR_UINT, parent)
         h = _fnv_cbor_head(h, _CBOR_ARRAY, size)
@@ -187,13 +187,13 @@ class LlmdHasher(BlockHasher):
         """Request keys (``u64``) of the prompt's full blocks, in order.
 
         Args:
-            token_ids: ``int[n_tokens]``, each in ``[0, 2**32)``.
+            token_ids: ``int[num_tokens]``, each in ``[0, 2**32)``.
             extras: ``lora_name`` and ``mm_items`` are used (see the class docstring).
             parent_key: continue a chain from this request key; 0 (llm-d's
                 ``EmptyBlockHash``) starts at the root.
 
         Returns:
-            ``n_tokens // block_size`` keys; the partial tail is dropped.
+            ``num_tokens // block_size`` keys; the partial tail is dropped.
 
         Raises:
             ValueError: invalid token ids, extras or parent key.
@@ -213,12 +213,12 @@ class LlmdHasher(BlockHasher):
         parent = check_u64("parent_key", parent_key)
         if parent == 0:
             parent = self.root_key(extras.lora_name or None)
-        n_blocks = len(tokens) // self.block_size
+        num_blocks = len(tokens) // self.block_size
         if not extras.mm_items:
-            return _text_chain(tokens, self.block_size, n_blocks, np.uint64(parent)).tolist()
-        mm_ids = block_mm_identifiers(extras.mm_items, n_blocks, self.block_size)
+            return _text_chain(tokens, self.block_size, num_blocks, np.uint64(parent)).tolist()
+        mm_ids = block_mm_identifiers(extras.mm_items, num_blocks, self.block_size)
         keys = []
-        for i in range(n_blocks):
+        for i in range(num_blocks):
             block = tokens[i * self.block_size:(i + 1) * self.block_size].tolist()
             extra = [{"Hash": identifier} for identifier in mm_ids[i]] or None
             parent = self.hash_block(parent, block, extra)
@@ -279,7 +279,7 @@ def map_engine_to_request_keys(engine_keys: Sequence[int], request_keys: Sequenc
     return [request[i * ratio:(i + 1) * ratio] for i in range(n_e)]
 
 
-def check_key_counts(n_engine: int, n_request: int) -> None:
+def check_key_counts(num_engine: int, num_request: int) -> None:
     """Check that engine and request key counts are an integral ratio, both > 0 (llm-d ``Index.Add``).
 
     Raises:
@@ -292,8 +292,8 @@ def check_key_counts(n_engine: int, n_request: int) -> None:
         ...
         ValueError: 3 engine keys and 2 request keys are not an integral ratio (...)
     """
-    if n_engine == 0 or n_request == 0 or max(n_engine, n_request) % min(n_engine, n_request):
-        raise ValueError(f"{n_engine} engine keys and {n_request} request keys are not an integral ratio "
+    if num_engine == 0 or num_request == 0 or max(num_engine, num_request) % min(num_engine, num_request):
+        raise ValueError(f"{num_engine} engine keys and {num_request} request keys are not an integral ratio "
                          f"(one count must be a multiple of the other)")
 
 

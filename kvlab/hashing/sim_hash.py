@@ -48,15 +48,15 @@ def _fmix64(x: np.uint64) -> np.uint64:
 
 @njit(cache=True)
 def _chain(tokens: np.ndarray, block_size: int, seed: np.uint64, partial_tail: bool) -> np.ndarray:
-    n_tokens = tokens.shape[0]
-    n_blocks = n_tokens // block_size
-    if partial_tail and n_tokens % block_size:
-        n_blocks += 1
-    out = np.empty(n_blocks, dtype=np.uint64)
+    num_tokens = tokens.shape[0]
+    num_blocks = num_tokens // block_size
+    if partial_tail and num_tokens % block_size:
+        num_blocks += 1
+    out = np.empty(num_blocks, dtype=np.uint64)
     h = _fmix64(seed ^ _K_ROOT)
-    for b in range(n_blocks):
+    for b in range(num_blocks):
         start = b * block_size
-        end = min(start + block_size, n_tokens)
+        end = min(start + block_size, num_tokens)
         # two independent lanes (even / odd positions) halve the serial dependency chain
         even = h ^ _K_PARENT
         odd = h ^ _K_ROOT
@@ -140,7 +140,7 @@ class SimHasher(BlockHasher):
 
     def block_keys(self, token_ids: Sequence[int] | np.ndarray, extras: RequestExtras | None = None) -> np.ndarray:
         """``uint64`` keys, straight from the kernel."""
-        if not resolve_extras(extras, n_tokens=2**63).is_empty:
+        if not resolve_extras(extras, num_tokens=2**63).is_empty:
             raise ValueError("SimHasher does not model request extras (LoRA, multimodal, cache salt); "
                              "use an engine profile")
         return chain_u64(token_ids, self.block_size, self.seed, partial_tail=self.hashes_partial_tail)

@@ -67,7 +67,7 @@ def check_extras(extras: object) -> RequestExtras | None:
         raise ValueError(f"extras must be a RequestExtras or None, got {type(extras).__name__}")
     embeds = extras.prompt_embeds
     if isinstance(embeds, np.ndarray) and embeds.ndim != 2:
-        raise ValueError(f"extras.prompt_embeds must be a (n_tokens, hidden) array, got shape {embeds.shape}")
+        raise ValueError(f"extras.prompt_embeds must be a (num_tokens, hidden) array, got shape {embeds.shape}")
     if isinstance(embeds, np.ndarray) and not np.issubdtype(embeds.dtype, np.number):
         raise ValueError(f"extras.prompt_embeds must have a numeric dtype (its raw bytes are hashed), got dtype "
                          f"{embeds.dtype}")
@@ -163,8 +163,8 @@ class BlockExtraKeys:
         """True when no block of the request can have extra keys."""
         return self.extras is None or self.extras.is_empty
 
-    def next_blocks(self, n_blocks: int) -> list[tuple[ExtraKey, ...] | None]:
-        """Keys of the next ``n_blocks`` full blocks (``None`` for a block without keys).
+    def next_blocks(self, num_blocks: int) -> list[tuple[ExtraKey, ...] | None]:
+        """Keys of the next ``num_blocks`` full blocks (``None`` for a block without keys).
 
         Raises:
             ValueError: prompt embeddings given as a mapping that lacks a block's digest
@@ -172,15 +172,15 @@ class BlockExtraKeys:
         """
         first = self.next_block
         if self.always_none:
-            keys: list[tuple[ExtraKey, ...] | None] = [None] * n_blocks
+            keys: list[tuple[ExtraKey, ...] | None] = [None] * num_blocks
         else:
             cursor = self._cursor
             keys = []
-            for start in range(first * self.block_size, (first + n_blocks) * self.block_size, self.block_size):
+            for start in range(first * self.block_size, (first + num_blocks) * self.block_size, self.block_size):
                 block, cursor = self._block(start, start + self.block_size, cursor)
                 keys.append(block)
             self._cursor = cursor
-        self.next_block = first + n_blocks
+        self.next_block = first + num_blocks
         return keys
 
     def _block(self, start: int, end: int, cursor: int) -> tuple[tuple[ExtraKey, ...] | None, int]:

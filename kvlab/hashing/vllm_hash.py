@@ -166,8 +166,8 @@ class VllmHasher(BlockHasher):
         """
         tokens = _uint64_tokens(token_ids)
         resolve_extras(extras, tokens.shape[0])
-        n_blocks = tokens.shape[0] // self.block_size
-        blocks = tokens[:n_blocks * self.block_size].reshape(n_blocks, self.block_size)
+        num_blocks = tokens.shape[0] // self.block_size
+        blocks = tokens[:num_blocks * self.block_size].reshape(num_blocks, self.block_size)
         return self._chain(None, blocks, BlockExtraKeys(extras, self.block_size))
 
     def to_u64(self, block_hash: bytes) -> int:
@@ -182,36 +182,37 @@ class VllmHasher(BlockHasher):
                              f"got {block_hash!r}")
         return u64_from_bytes_last8(block_hash)
 
-    def extra_keys(self, n_tokens: int, extras: RequestExtras | None = None) -> list[tuple[ExtraKey, ...] | None]:
-        """Tagged extra keys of each full block of an ``n_tokens`` prompt, as hashed
+    def extra_keys(self, num_tokens: int, extras: RequestExtras | None = None) -> list[tuple[ExtraKey, ...] | None]:
+        """Tagged extra keys of each full block of an ``num_tokens`` prompt, as hashed
         (``generate_block_hash_extra_keys``, §1.5); ``None`` for a block without keys.
 
         Raises:
-            ValueError: negative ``n_tokens`` or invalid extras.
+            ValueError: negative ``num_tokens`` or invalid extras.
         """
-        return BlockExtraKeys(extras, self.block_size).next_blocks(check_count("n_tokens", n_tokens) // self.block_size)
+        num_blocks = check_count("num_tokens", num_tokens) // self.block_size
+        return BlockExtraKeys(extras, self.block_size).next_blocks(num_blocks)
 
-    def event_extra_keys(self, n_tokens: int, extras: RequestExtras | None = None) -> list[tuple | None] | None:
-        """``BlockStored.extra_keys`` for the full blocks of an ``n_tokens`` prompt: one
+    def event_extra_keys(self, num_tokens: int, extras: RequestExtras | None = None) -> list[tuple | None] | None:
+        """``BlockStored.extra_keys`` for the full blocks of an ``num_tokens`` prompt: one
         untagged entry per block (``to_event_extra_keys``, §1.7), ``None`` when there is no
         block.
 
         Raises:
-            ValueError: negative ``n_tokens`` or invalid extras.
+            ValueError: negative ``num_tokens`` or invalid extras.
         """
-        keys = self.extra_keys(n_tokens, extras)
+        keys = self.extra_keys(num_tokens, extras)
         return [event_extra_keys_of(k) for k in keys] if keys else None
 
-    def max_cache_hit_tokens(self, n_tokens: int) -> int:
+    def max_cache_hit_tokens(self, num_tokens: int) -> int:
         """Most prompt tokens a prefix-cache hit can cover: ``floor((n - 1) / B) * B``
         (the last token is recomputed for its logits; ``KVCacheManager.get_computed_blocks``,
         §1.6), 0 for ``n <= 1``.
 
         Raises:
-            ValueError: negative or non-integer ``n_tokens``.
+            ValueError: negative or non-integer ``num_tokens``.
         """
-        n_tokens = check_count("n_tokens", n_tokens)
-        return max(n_tokens - 1, 0) // self.block_size * self.block_size
+        num_tokens = check_count("num_tokens", num_tokens)
+        return max(num_tokens - 1, 0) // self.block_size * self.block_size
 
     def incremental(self, extras: RequestExtras | None = None) -> VllmIncrementalHasher:
         """A hasher for one request whose tokens arrive over time (see
@@ -300,10 +301,10 @@ class VllmIncrementalHasher:
         added = _uint64_tokens(token_ids)
         tokens = np.concatenate([self._pending, added])
         size = self.hasher.block_size
-        n_blocks = tokens.shape[0] // size
+        num_blocks = tokens.shape[0] // size
         parent = self._hashes[-1] if self._hashes else None
-        new = self.hasher._chain(parent, tokens[:n_blocks * size].reshape(n_blocks, size), self._keys)
+        new = self.hasher._chain(parent, tokens[:num_blocks * size].reshape(num_blocks, size), self._keys)
         self._hashes += new
-        self._pending = tokens[n_blocks * size:]
+        self._pending = tokens[num_blocks * size:]
         self.num_tokens += added.shape[0]
         return new

@@ -62,11 +62,11 @@ def _write_pickles(blocks, parent_len, long_ints):  # noqa: ANN001, ANN202 - num
     ``blocks`` is ``uint64[n, B]``. ``long_ints`` is ``None`` when every token is below
     ``2**31``: numba then prunes the LONG1 branches, which otherwise halve the speed.
     """
-    n_blocks, block_size = blocks.shape
+    num_blocks, block_size = blocks.shape
     head = 1 if block_size <= 3 else 2  # MEMOIZE (+ MARK)
-    frames = np.empty(n_blocks, np.int64)
+    frames = np.empty(num_blocks, np.int64)
     width = 0
-    for b in range(n_blocks):
+    for b in range(num_blocks):
         length = head + 6
         for i in range(block_size):
             t = blocks[b, i]
@@ -78,8 +78,8 @@ def _write_pickles(blocks, parent_len, long_ints):  # noqa: ANN001, ANN202 - num
                 length += 2 + c + (c >> 1)
         frames[b] = 2 + parent_len + length
         width = max(width, length)
-    suffixes = np.zeros((n_blocks, width), np.uint8)
-    for b in range(n_blocks):
+    suffixes = np.zeros((num_blocks, width), np.uint8)
+    for b in range(num_blocks):
         suffixes[b, 0] = 0x94  # MEMOIZE the parent
         suffixes[b, 1] = 0x28  # MARK (overwritten by the first token when B <= 3)
         p = head
@@ -114,10 +114,10 @@ def _write_pickles(blocks, parent_len, long_ints):  # noqa: ANN001, ANN202 - num
 
 
 @lru_cache(maxsize=8)
-def _prefix_table(parent_len: int, n_frames: int) -> np.ndarray:
-    """``object[n_frames]``: the pickle's bytes before the parent, by FRAME length."""
+def _prefix_table(parent_len: int, num_frames: int) -> np.ndarray:
+    """``object[num_frames]``: the pickle's bytes before the parent, by FRAME length."""
     return np.array([b"\x80\x05\x95" + frame.to_bytes(8, "little") + b"C" + bytes([parent_len])
-                     for frame in range(n_frames)], dtype=object)
+                     for frame in range(num_frames)], dtype=object)
 
 
 def pickle_parts(blocks: np.ndarray, parent_len: int) -> tuple[list[bytes], list[bytes]] | None:
@@ -128,11 +128,11 @@ def pickle_parts(blocks: np.ndarray, parent_len: int) -> tuple[list[bytes], list
     0.33 ``hash_block_tokens`` for a block without extra keys; docs/specs/hashing.md §1.4).
 
     Args:
-        blocks: ``uint64[n_blocks, block_size]`` token ids, ``block_size >= 1``.
+        blocks: ``uint64[num_blocks, block_size]`` token ids, ``block_size >= 1``.
         parent_len: length of the parent hash in bytes (32 for sha256, 16 for xxhash).
 
     Returns:
-        ``(prefixes, suffixes)``, two lists of ``n_blocks`` bytes objects; ``None`` when a
+        ``(prefixes, suffixes)``, two lists of ``num_blocks`` bytes objects; ``None`` when a
         block's pickle would need a second frame (see :data:`FRAME_SIZE_TARGET`).
 
     Raises:
@@ -147,7 +147,7 @@ def pickle_parts(blocks: np.ndarray, parent_len: int) -> tuple[list[bytes], list
         True
     """
     if not isinstance(blocks, np.ndarray) or blocks.dtype != np.uint64 or blocks.ndim != 2 or blocks.shape[1] < 1:
-        raise ValueError(f"blocks must be a uint64[n_blocks, block_size >= 1] array, got "
+        raise ValueError(f"blocks must be a uint64[num_blocks, block_size >= 1] array, got "
                          f"{getattr(blocks, 'dtype', type(blocks).__name__)} {getattr(blocks, 'shape', '')}")
     parent_len = check_int("parent_len", parent_len, low=1, high=255)
     if blocks.shape[0] == 0:
@@ -174,10 +174,10 @@ def chain_without_extras(algo: str, parent: bytes, blocks: np.ndarray) -> list[b
     Args:
         algo: ``"sha256"`` or ``"xxhash"`` (the pickle-based algos).
         parent: the previous block's hash, or NONE_HASH for the first block.
-        blocks: ``uint64[n_blocks, block_size]`` token ids.
+        blocks: ``uint64[num_blocks, block_size]`` token ids.
 
     Returns:
-        ``n_blocks`` digests (32 bytes for sha256, 16 for xxhash).
+        ``num_blocks`` digests (32 bytes for sha256, 16 for xxhash).
 
     Raises:
         ValueError: ``algo`` not pickle-based, or bad ``blocks``.

@@ -98,7 +98,7 @@ class RouteConfig:
     """The cluster :func:`route_requests` runs.
 
     Attributes:
-        n_pods: pods ``pod-0 .. pod-{n-1}`` (≥ 1).
+        num_pods: pods ``pod-0 .. pod-{n-1}`` (≥ 1).
         capacity_blocks: usable GPU blocks per pod (≥ 1).
         block_size: tokens per block, engine and index alike (≥ 1).
         scorer: the routing rule (``None``: llm-d's :class:`~kvlab.index.scorers.LongestPrefixScorer`).
@@ -110,11 +110,11 @@ class RouteConfig:
             faults that are not a :class:`~kvlab.index.faults.FaultInjector`.
 
     Example:
-        >>> RouteConfig(n_pods=3).to_dict()["scorer"]
+        >>> RouteConfig(num_pods=3).to_dict()["scorer"]
         {'type': 'LongestPrefixScorer', 'tier_weights': {'gpu': 1.0, 'cpu': 0.8}}
     """
 
-    n_pods: int = 2
+    num_pods: int = 2
     capacity_blocks: int = 1_000
     block_size: int = 16
     scorer: Scorer | None = None
@@ -122,7 +122,7 @@ class RouteConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("n_pods", "capacity_blocks", "block_size"):
+        for name in ("num_pods", "capacity_blocks", "block_size"):
             object.__setattr__(self, name, check_positive(name, getattr(self, name)))
         object.__setattr__(self, "seed", check_count("seed", self.seed))
         if self.scorer is None:
@@ -134,7 +134,7 @@ class RouteConfig:
 
     def to_dict(self) -> dict[str, object]:
         """The configuration as JSON types; the scorer and the fault injector as their type and options."""
-        return {"n_pods": self.n_pods, "capacity_blocks": self.capacity_blocks,
+        return {"num_pods": self.num_pods, "capacity_blocks": self.capacity_blocks,
                 "block_size": self.block_size, "scorer": _options(self.scorer),
                 "faults": None if self.faults is None else _options(self.faults), "seed": self.seed}
 
@@ -176,9 +176,9 @@ class RouteSummary(RunSummary):
     messages: int
 
 
-def route_requests(trace: Trace, *, n_pods: int = 2, capacity_blocks: int = 1_000, block_size: int = 16,
+def route_requests(trace: Trace, *, num_pods: int = 2, capacity_blocks: int = 1_000, block_size: int = 16,
                    scorer: Scorer | None = None, faults: FaultInjector | None = None, seed: int = 0) -> RunResult:
-    """Route ``trace``'s requests over ``n_pods`` pods by a global index fed through ``faults``.
+    """Route ``trace``'s requests over ``num_pods`` pods by a global index fed through ``faults``.
 
     Per request, in arrival order: deliver the events due by its arrival to the index;
     the scorer picks a pod over the index (loads: each pod's cached blocks as its tree
@@ -190,7 +190,7 @@ def route_requests(trace: Trace, *, n_pods: int = 2, capacity_blocks: int = 1_00
 
     Args:
         trace: the requests (``request_id``, ``arrival_s`` and the prompts).
-        n_pods, capacity_blocks, block_size, scorer, faults, seed: as
+        num_pods, capacity_blocks, block_size, scorer, faults, seed: as
             :class:`RouteConfig`. ``faults`` is called once per message, so its ``swap_p``
             (pairs of deliveries) has no effect here.
 
@@ -219,12 +219,12 @@ def route_requests(trace: Trace, *, n_pods: int = 2, capacity_blocks: int = 1_00
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
-    config = RouteConfig(n_pods=n_pods, capacity_blocks=capacity_blocks, block_size=block_size,
+    config = RouteConfig(num_pods=num_pods, capacity_blocks=capacity_blocks, block_size=block_size,
                          scorer=scorer, faults=faults, seed=seed)
     size = config.block_size
     token_ids = ([np.asarray(t, dtype=np.uint32) for t in trace.frame["token_ids"].to_list()]
                  if "token_ids" in trace.frame.columns else trace_token_ids(trace, size))
-    pods = [f"pod-{i}" for i in range(config.n_pods)]
+    pods = [f"pod-{i}" for i in range(config.num_pods)]
     engine_hasher = get_hasher("vllm", block_size=size)
     managers = {}
     for pod in pods:
@@ -253,8 +253,8 @@ def route_requests(trace: Trace, *, n_pods: int = 2, capacity_blocks: int = 1_00
         if len(tokens):
             manager = managers[pod]
             request = Request.from_tokens(f"r{r}", tokens, engine_hasher)
-            blocks, n_hit = manager.get_computed_blocks(request)
-            admitted = manager.allocate_slots(request, request.num_tokens - n_hit, n_hit, blocks) is not None
+            blocks, num_hit = manager.get_computed_blocks(request)
+            admitted = manager.allocate_slots(request, request.num_tokens - num_hit, num_hit, blocks) is not None
             if admitted:
                 hit_blocks = len(blocks)
                 manager.free(request)

@@ -362,11 +362,11 @@ class EventIngestor:
         self.index.add(engine_keys, request_keys, [entry], parent=parent)
         return "BlockStored"
 
-    def _mapped_engine_keys(self, engine_keys: list[int], n_request: int, engine_block: int) -> list[int]:
-        """The engine keys whose blocks lie inside the ``n_request`` full canonical blocks."""
+    def _mapped_engine_keys(self, engine_keys: list[int], num_request: int, engine_block: int) -> list[int]:
+        """The engine keys whose blocks lie inside the ``num_request`` full canonical blocks."""
         canonical = self.block_size
         if canonical % engine_block == 0:
-            kept = n_request * (canonical // engine_block)
+            kept = num_request * (canonical // engine_block)
             self.stats.unmapped_engine_keys += len(engine_keys) - kept
             return engine_keys[:kept]
         if engine_block % canonical == 0:

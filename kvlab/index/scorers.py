@@ -59,12 +59,12 @@ def request_keys_for_tokens(tokens: Sequence[int] | np.ndarray, hasher: BlockHas
     """The request keys of a prompt (rule L21): its full blocks' keys from ``hasher``, as u64 ints.
 
     Args:
-        tokens: ``int[n_tokens]`` token ids.
+        tokens: ``int[num_tokens]`` token ids.
         hasher: the index's key scheme, e.g. :class:`kvlab.hashing.llmd_hash.LlmdHasher`
             (llm-d's request keys); its :meth:`~kvlab.hashing.base.BlockHasher.block_keys`
             gives the same integer keys on the event side and here (Opal quirk O12 fixed).
         truncate_prompt_tokens: keep only the LAST this many tokens when ``0 < N <
-            n_tokens`` (llm-d ``TruncatePromptTokens``); 0 = no truncation.
+            num_tokens`` (llm-d ``TruncatePromptTokens``); 0 = no truncation.
 
     Raises:
         ValueError: invalid tokens, ``hasher`` not a ``BlockHasher``, a negative or

@@ -17,7 +17,7 @@ every REPLACE happens in a full cache, so this changes nothing. The kernel's tie
 (``insert``, ``evict``, ``remove``) follow the reference.
 
 The reference keeps four ``OrderedDict``; the kernel four intrusive doubly linked lists
-over dense block ids sharing one ``prev``/``next`` pair (sentinels ``n_keys + 0..3``),
+over dense block ids sharing one ``prev``/``next`` pair (sentinels ``num_keys + 0..3``),
 with ``where[k]`` naming the list a block is on: O(1) per access.
 
 libCacheSim (``libcachesim`` 0.3.5, ``ARC``) implements the same cases with a
@@ -173,9 +173,9 @@ class ARC:
 
 
 class ARCState(NamedTuple):
-    """Kernel state: ``prev``/``next`` links (``int32[n_keys + 4]``; sentinels ``n_keys + 0..3``
+    """Kernel state: ``prev``/``next`` links (``int32[num_keys + 4]``; sentinels ``num_keys + 0..3``
     head the lists T1, T2, B1, B2: ``next[s]`` = least recent, ``prev[s]`` = most recent),
-    ``where`` (``int8[n_keys]``: 0 none, 1 T1, 2 T2, 3 B1, 4 B2), ``sizes`` (``int64[5]``:
+    ``where`` (``int8[num_keys]``: 0 none, 1 T1, 2 T2, 3 B1, 4 B2), ``sizes`` (``int64[5]``:
     |T1|, |T2|, |B1|, |B2|, capacity) and ``p`` (``float64[1]``)."""
 
     prev: np.ndarray
@@ -186,8 +186,8 @@ class ARCState(NamedTuple):
 
 
 def make_state(flat: FlatTrace, capacity_blocks: int) -> ARCState:
-    """Empty ARC state for ``flat.n_keys`` block ids and the given capacity (blocks)."""
-    n = flat.n_keys
+    """Empty ARC state for ``flat.num_keys`` block ids and the given capacity (blocks)."""
+    n = flat.num_keys
     prev, nxt = make_lists(n, 4)
     return ARCState(prev, nxt, np.zeros(n, dtype=np.int8), np.array([0, 0, 0, 0, capacity_blocks], dtype=np.int64),
                     np.zeros(1, dtype=np.float64))
@@ -222,7 +222,7 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
     n = where.shape[0]  # sentinels: T1 = n, T2 = n + 1, B1 = n + 2, B2 = n + 3
     c = sizes[4]
     p = state.p[0]
-    n_evicted = 0
+    num_evicted = 0
     for j in range(stop - start):
         x = block_ids[stop - 1 - j] if reverse else block_ids[start + j]
         w = where[x]
@@ -242,8 +242,8 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
                 p = min(p + (1.0 if b1 >= b2 else b2 / b1), float(c))
             else:
                 p = max(p - (1.0 if b2 >= b1 else b1 / b2), 0.0)
-            evicted[n_evicted] = _replace(prev, nxt, where, sizes, p, w == 4, n)
-            n_evicted += 1
+            evicted[num_evicted] = _replace(prev, nxt, where, sizes, p, w == 4, n)
+            num_evicted += 1
             list_unlink(prev, nxt, x)
             sizes[w - 1] -= 1
         else:  # case IV
@@ -251,19 +251,19 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
                 if sizes[0] < c:
                     where[list_pop_front(prev, nxt, n + 2)] = 0
                     sizes[2] -= 1
-                    evicted[n_evicted] = _replace(prev, nxt, where, sizes, p, False, n)
+                    evicted[num_evicted] = _replace(prev, nxt, where, sizes, p, False, n)
                 else:
                     victim = list_pop_front(prev, nxt, n)
                     where[victim] = 0
                     sizes[0] -= 1
-                    evicted[n_evicted] = victim
-                n_evicted += 1
+                    evicted[num_evicted] = victim
+                num_evicted += 1
             elif sizes[0] + sizes[1] + sizes[2] + sizes[3] >= c:  # case B
                 if sizes[0] + sizes[1] + sizes[2] + sizes[3] == 2 * c:
                     where[list_pop_front(prev, nxt, n + 3)] = 0
                     sizes[3] -= 1
-                evicted[n_evicted] = _replace(prev, nxt, where, sizes, p, False, n)
-                n_evicted += 1
+                evicted[num_evicted] = _replace(prev, nxt, where, sizes, p, False, n)
+                num_evicted += 1
             list_push_back(prev, nxt, n, x)
             where[x] = 1
             sizes[0] += 1
@@ -272,7 +272,7 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
         where[x] = 2
         sizes[1] += 1
     state.p[0] = p
-    return n_evicted
+    return num_evicted
 
 
 def touch(state, block_id) -> None:  # noqa: ANN001 - numba hook: case I, to the MRU end of T2

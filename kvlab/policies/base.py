@@ -133,7 +133,7 @@ class PolicySpec:
             requests=block_keys_per_request)`` (positions, parents, next uses).
         make_state: ``(flat_trace, capacity_blocks) -> NamedTuple`` of numpy arrays for
             the kernel hooks (``capacity_blocks`` is an int here; the caller maps
-            "unbounded" to ``flat_trace.n_keys``).
+            "unbounded" to ``flat_trace.num_keys``).
         reference_uses_trace: the reference class needs the whole trace (a policy that
             reads per-reference facts such as a block's position or next use).
     """

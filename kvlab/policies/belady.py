@@ -132,10 +132,10 @@ class Belady:
 
 
 class BeladyState(NamedTuple):
-    """Kernel state: ``next_use`` (``int64[n_refs]``, ``NEVER`` = none), per block ``prio``
-    (``int64[n_keys]``, next use after its latest access), ``resident`` (``bool[n_keys]``),
-    ``slot`` (``int32[n_keys]``, index in the live heap, -1 = none); ``heap``
-    (``int32[capacity + 1]``, max-heap on ``prio``); ``dead`` (``int32[n_keys]``, FIFO of
+    """Kernel state: ``next_use`` (``int64[num_refs]``, ``NEVER`` = none), per block ``prio``
+    (``int64[num_keys]``, next use after its latest access), ``resident`` (``bool[num_keys]``),
+    ``slot`` (``int32[num_keys]``, index in the live heap, -1 = none); ``heap``
+    (``int32[capacity + 1]``, max-heap on ``prio``); ``dead`` (``int32[num_keys]``, FIFO of
     blocks never used again); ``counters`` (``int64[5]``: used, capacity, heap size, dead
     head, dead tail)."""
 
@@ -149,7 +149,7 @@ class BeladyState(NamedTuple):
 
 
 def next_use_table(flat: FlatTrace) -> np.ndarray:
-    """``int64[n_refs]``: for each reference, the flat position of the next reference to
+    """``int64[num_refs]``: for each reference, the flat position of the next reference to
     the same block, ``NEVER`` if there is none.
 
     Example:
@@ -160,16 +160,16 @@ def next_use_table(flat: FlatTrace) -> np.ndarray:
         [2, 9223372036854775807]
     """
     order = np.argsort(flat.block_ids, kind="stable")  # references grouped by block, in flat order
-    table = np.full(flat.n_refs, NEVER, dtype=np.int64)
+    table = np.full(flat.num_refs, NEVER, dtype=np.int64)
     same = flat.block_ids[order[1:]] == flat.block_ids[order[:-1]]
     table[order[:-1][same]] = order[1:][same]
     return table
 
 
 def make_state(flat: FlatTrace, capacity_blocks: int) -> BeladyState:
-    """Empty state for ``flat.n_keys`` block ids and the given capacity (blocks), with the
+    """Empty state for ``flat.num_keys`` block ids and the given capacity (blocks), with the
     trace's next-use table."""
-    n = flat.n_keys
+    n = flat.num_keys
     return BeladyState(next_use_table(flat), np.zeros(n, np.int64), np.zeros(n, np.bool_), np.full(n, -1, np.int32),
                        np.zeros(capacity_blocks + 1, np.int32), np.zeros(n, np.int32),
                        np.array([0, capacity_blocks, 0, 0, 0], np.int64))
@@ -189,7 +189,7 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
         state.dead
     counters = state.counters
     used, capacity, size, head, tail = counters[0], counters[1], counters[2], counters[3], counters[4]
-    n_evicted = 0
+    num_evicted = 0
     for j in range(stop - start):
         i = stop - 1 - j if reverse else start + j
         x = block_ids[i]
@@ -207,8 +207,8 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
                     size = heap_remove(heap, slot, 0, size, _later, prio)
                 resident[victim] = False
                 used -= 1
-                evicted[n_evicted] = victim
-                n_evicted += 1
+                evicted[num_evicted] = victim
+                num_evicted += 1
             resident[x] = True
             used += 1
         elif slot[x] >= 0:  # live: leaves the heap if dead now, else moves
@@ -223,7 +223,7 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
         else:
             size = heap_push(heap, slot, x, size, _later, prio)
     counters[0], counters[2], counters[3], counters[4] = used, size, head, tail
-    return n_evicted
+    return num_evicted
 
 
 register_kernel(BeladyState, contains=contains, access=access)

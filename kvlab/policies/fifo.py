@@ -102,7 +102,7 @@ class FIFO:
 class FIFOState(NamedTuple):
     """Kernel state: ``ring`` (``int32[2 * capacity]``: the entries in insertion order from
     ``head``, stale ones included; a replay uses the first half), ``resident``
-    (``bool[n_keys]``), ``stale`` (``int32[n_keys]``, stale entries per block) and
+    (``bool[num_keys]``), ``stale`` (``int32[num_keys]``, stale entries per block) and
     ``counters`` (``int64[5]``: used, capacity, head, entries in the ring, stale entries).
     A state is driven by ``access`` or by the tier hooks, never both."""
 
@@ -113,9 +113,9 @@ class FIFOState(NamedTuple):
 
 
 def make_state(flat: FlatTrace, capacity_blocks: int) -> FIFOState:
-    """Empty FIFO state for ``flat.n_keys`` block ids and the given capacity (blocks)."""
-    return FIFOState(np.zeros(2 * capacity_blocks, dtype=np.int32), np.zeros(flat.n_keys, dtype=np.bool_),
-                     np.zeros(flat.n_keys, dtype=np.int32), np.array([0, capacity_blocks, 0, 0, 0], dtype=np.int64))
+    """Empty FIFO state for ``flat.num_keys`` block ids and the given capacity (blocks)."""
+    return FIFOState(np.zeros(2 * capacity_blocks, dtype=np.int32), np.zeros(flat.num_keys, dtype=np.bool_),
+                     np.zeros(flat.num_keys, dtype=np.int32), np.array([0, capacity_blocks, 0, 0, 0], dtype=np.int64))
 
 
 @njit(inline="always")
@@ -154,7 +154,7 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
     # a replay never removes: the entries are the resident blocks, in the ring's first half
     ring, resident, counters = state.ring, state.resident, state.counters
     used, capacity, head = counters[0], counters[1], counters[2]
-    n_evicted = 0
+    num_evicted = 0
     if capacity == 0:
         return 0
     for j in range(stop - start):
@@ -164,8 +164,8 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
         if used == capacity:  # full: the head slot holds the oldest block; the new one takes it
             victim = ring[head]
             resident[victim] = False
-            evicted[n_evicted] = victim
-            n_evicted += 1
+            evicted[num_evicted] = victim
+            num_evicted += 1
             ring[head] = block_id
             head = head + 1 if head + 1 < capacity else 0
         else:
@@ -173,7 +173,7 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
             used += 1
         resident[block_id] = True
     counters[0], counters[2], counters[3] = used, head, used
-    return n_evicted
+    return num_evicted
 
 
 def touch(state, block_id) -> None:  # noqa: ANN001, ARG001 - numba hook: a hit changes nothing

@@ -124,11 +124,11 @@ class LeafFirstLRU:
 
 
 class LeafFirstLRUState(NamedTuple):
-    """Kernel state: ``parent`` (``int64[n_keys]``, -1 = none); per block ``children``
+    """Kernel state: ``parent`` (``int64[num_keys]``, -1 = none); per block ``children``
     (``int32``, resident children), ``resident`` (``bool``), ``last`` (``int64``, last access
     time), ``where`` (``int8``: 0 not a queued leaf, 1 in the list, 2 in the heap) and
-    ``slot`` (``int32``, heap index); the list's ``prev``/``next`` (``int32[n_keys + 1]``,
-    sentinel ``n_keys``: ``next`` = least recent); ``heap`` (``int32[capacity + 1]``,
+    ``slot`` (``int32``, heap index); the list's ``prev``/``next`` (``int32[num_keys + 1]``,
+    sentinel ``num_keys``: ``next`` = least recent); ``heap`` (``int32[capacity + 1]``,
     min-heap on ``last``); ``counters`` (``int64[4]``: used, capacity, clock, heap size)."""
 
     parent: np.ndarray
@@ -144,9 +144,9 @@ class LeafFirstLRUState(NamedTuple):
 
 
 def make_state(flat: FlatTrace, capacity_blocks: int) -> LeafFirstLRUState:
-    """Empty state for ``flat.n_keys`` block ids and the given capacity (blocks), with the
+    """Empty state for ``flat.num_keys`` block ids and the given capacity (blocks), with the
     trace's parent relation."""
-    n = flat.n_keys
+    n = flat.num_keys
     prev, nxt = make_lists(n, 1)
     return LeafFirstLRUState(flat.parent_ids(), np.zeros(n, np.int32), np.zeros(n, np.bool_), np.zeros(n, np.int64),
                              np.zeros(n, np.int8), np.full(n, -1, np.int32), prev, nxt,
@@ -177,7 +177,7 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
     slot, prev, nxt, heap, counters = state.slot, state.prev, state.next, state.heap, state.counters
     sentinel = resident.shape[0]
     used, capacity, clock, size = counters[0], counters[1], counters[2], counters[3]
-    n_evicted = 0
+    num_evicted = 0
     for j in range(stop - start):
         x = block_ids[stop - 1 - j] if reverse else block_ids[start + j]
         clock += 1
@@ -197,8 +197,8 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
             size = _unqueue(where, slot, prev, nxt, heap, last, k, size)
             resident[k] = False
             used -= 1
-            evicted[n_evicted] = k
-            n_evicted += 1
+            evicted[num_evicted] = k
+            num_evicted += 1
             p = parent[k]
             if p >= 0:
                 children[p] -= 1
@@ -217,7 +217,7 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
             list_push_back(prev, nxt, sentinel, x)
             where[x] = 1
     counters[0], counters[2], counters[3] = used, clock, size
-    return n_evicted
+    return num_evicted
 
 
 register_kernel(LeafFirstLRUState, contains=contains, access=access)

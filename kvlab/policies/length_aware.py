@@ -113,9 +113,9 @@ class LengthAware:
 
 
 class LengthAwareState(NamedTuple):
-    """Kernel state: per block ``count``, ``depth``, ``last`` (``int64[n_keys]``) and
-    ``slot`` (``int32[n_keys]``, heap index, -1 = not resident); ``heap``
-    (``int32[capacity + 1]``); ``position`` (``int32[n_refs]``, index of each reference
+    """Kernel state: per block ``count``, ``depth``, ``last`` (``int64[num_keys]``) and
+    ``slot`` (``int32[num_keys]``, heap index, -1 = not resident); ``heap``
+    (``int32[capacity + 1]``); ``position`` (``int32[num_refs]``, index of each reference
     within its request); ``counters`` (``int64[3]``: used, capacity, clock)."""
 
     count: np.ndarray
@@ -128,10 +128,10 @@ class LengthAwareState(NamedTuple):
 
 
 def make_state(flat: FlatTrace, capacity_blocks: int) -> LengthAwareState:
-    """Empty state for ``flat.n_keys`` block ids and the given capacity (blocks), with
+    """Empty state for ``flat.num_keys`` block ids and the given capacity (blocks), with
     the position of every reference within its request."""
-    n = flat.n_keys
-    position = (np.arange(flat.n_refs, dtype=np.int64)
+    n = flat.num_keys
+    position = (np.arange(flat.num_refs, dtype=np.int64)
                 - np.repeat(flat.offsets[:-1], flat.blocks_per_request())).astype(np.int32)
     return LengthAwareState(np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64),
                             np.full(n, -1, np.int32), np.zeros(capacity_blocks + 1, np.int32), position,
@@ -156,7 +156,7 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
     count, depth, last, slot, heap = state.count, state.depth, state.last, state.slot, state.heap
     position, counters = state.position, state.counters
     used, capacity, clock = counters[0], counters[1], counters[2]
-    n_evicted = 0
+    num_evicted = 0
     for j in range(stop - start):
         i = stop - 1 - j if reverse else start + j
         x = block_ids[i]
@@ -175,15 +175,15 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
             if used >= capacity:  # the root is the victim; x takes its place
                 victim = heap[0]
                 slot[victim] = -1
-                evicted[n_evicted] = victim
-                n_evicted += 1
+                evicted[num_evicted] = victim
+                num_evicted += 1
                 heap[0] = x
                 heap_sift(heap, slot, 0, used, _lower, (count, depth, last))
             else:
                 used = heap_push(heap, slot, x, used, _lower, (count, depth, last))
     counters[0] = used
     counters[2] = clock
-    return n_evicted
+    return num_evicted
 
 
 register_kernel(LengthAwareState, contains=contains, access=access)

@@ -131,9 +131,9 @@ class LFU:
 
 
 class LFUState(NamedTuple):
-    """Kernel state: ``prev``/``next`` links (``int32[n_keys + 1]``, sentinel at
-    ``n_keys``; ``next[sentinel]`` is the victim: lowest count, least recent),
-    ``count`` (``int32[n_keys]``, 0 = not resident), ``group_tail`` (``int32[max_refs +
+    """Kernel state: ``prev``/``next`` links (``int32[num_keys + 1]``, sentinel at
+    ``num_keys``; ``next[sentinel]`` is the victim: lowest count, least recent),
+    ``count`` (``int32[num_keys]``, 0 = not resident), ``group_tail`` (``int32[max_refs +
     2]``: the most recent block of each count, the sentinel when none; ``max_refs`` is the
     most references of one block in the trace, the highest count possible) and
     ``counters`` (``int64[2]``: used, capacity)."""
@@ -146,9 +146,9 @@ class LFUState(NamedTuple):
 
 
 def make_state(flat: FlatTrace, capacity_blocks: int) -> LFUState:
-    """Empty LFU state for ``flat.n_keys`` block ids and the given capacity (blocks)."""
-    n = flat.n_keys
-    max_refs = int(np.bincount(flat.block_ids).max()) if flat.n_refs else 0
+    """Empty LFU state for ``flat.num_keys`` block ids and the given capacity (blocks)."""
+    n = flat.num_keys
+    max_refs = int(np.bincount(flat.block_ids).max()) if flat.num_refs else 0
     prev, nxt = make_lists(n, 1)
     return LFUState(prev, nxt, np.zeros(n, dtype=np.int32), np.full(max_refs + 2, n, dtype=np.int32),
                     np.array([0, capacity_blocks], dtype=np.int64))
@@ -200,7 +200,7 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
     prev, nxt, count, group_tail, counters = state.prev, state.next, state.count, state.group_tail, \
         state.counters
     used, capacity = counters[0], counters[1]
-    n_evicted = 0
+    num_evicted = 0
     for j in range(stop - start):
         block_id = block_ids[stop - 1 - j] if reverse else block_ids[start + j]
         if count[block_id] > 0:
@@ -211,12 +211,12 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
         if used >= capacity:  # evict the first block: lowest count, least recent
             victim = _evict(prev, nxt, count, group_tail)
             used -= 1
-            evicted[n_evicted] = victim
-            n_evicted += 1
+            evicted[num_evicted] = victim
+            num_evicted += 1
         _insert(prev, nxt, count, group_tail, block_id)
         used += 1
     counters[0] = used
-    return n_evicted
+    return num_evicted
 
 
 def touch(state, block_id) -> None:  # noqa: ANN001 - numba hook

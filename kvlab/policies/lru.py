@@ -1,7 +1,7 @@
 """LRU: evict the least recently used block.
 
 The reference is an ``OrderedDict``; the kernel keeps an intrusive doubly linked list
-over dense block ids (arrays ``prev``/``next`` with a sentinel at index ``n_keys``),
+over dense block ids (arrays ``prev``/``next`` with a sentinel at index ``num_keys``),
 the same O(1) structure as vLLM v1's ``FreeKVCacheBlockQueue``.
 """
 
@@ -79,9 +79,9 @@ class LRU:
 
 
 class LRUState(NamedTuple):
-    """Kernel state: ``prev``/``next`` links (``int32[n_keys + 1]``, index ``n_keys`` is
+    """Kernel state: ``prev``/``next`` links (``int32[num_keys + 1]``, index ``num_keys`` is
     the sentinel: ``next[sentinel]`` = least recent, ``prev[sentinel]`` = most recent),
-    ``resident`` (``bool[n_keys]``) and ``counters`` (``int64[2]``: used, capacity)."""
+    ``resident`` (``bool[num_keys]``) and ``counters`` (``int64[2]``: used, capacity)."""
 
     prev: np.ndarray
     next: np.ndarray
@@ -90,9 +90,9 @@ class LRUState(NamedTuple):
 
 
 def make_state(flat: FlatTrace, capacity_blocks: int) -> LRUState:
-    """Empty LRU state for ``flat.n_keys`` block ids and the given capacity (blocks)."""
-    prev, nxt = make_lists(flat.n_keys, 1)
-    return LRUState(prev, nxt, np.zeros(flat.n_keys, dtype=np.bool_), np.array([0, capacity_blocks], dtype=np.int64))
+    """Empty LRU state for ``flat.num_keys`` block ids and the given capacity (blocks)."""
+    prev, nxt = make_lists(flat.num_keys, 1)
+    return LRUState(prev, nxt, np.zeros(flat.num_keys, dtype=np.bool_), np.array([0, capacity_blocks], dtype=np.int64))
 
 
 def contains(state, block_id) -> bool:  # noqa: ANN001 - numba hook
@@ -104,7 +104,7 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
     sentinel = resident.shape[0]
     capacity = counters[1]
     used = counters[0]
-    n_evicted = 0
+    num_evicted = 0
     for j in range(stop - start):
         block_id = block_ids[stop - 1 - j] if reverse else block_ids[start + j]
         if resident[block_id]:  # unlink, to be pushed back as most recent
@@ -116,13 +116,13 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
                 victim = list_pop_front(prev, nxt, sentinel)
                 resident[victim] = False
                 used -= 1
-                evicted[n_evicted] = victim
-                n_evicted += 1
+                evicted[num_evicted] = victim
+                num_evicted += 1
             resident[block_id] = True
             used += 1
         list_push_back(prev, nxt, sentinel, block_id)
     counters[0] = used
-    return n_evicted
+    return num_evicted
 
 
 def touch(state, block_id) -> None:  # noqa: ANN001 - numba hook

@@ -190,10 +190,10 @@ class S3FIFO:
 
 
 class S3FIFOState(NamedTuple):
-    """Kernel state: ``prev``/``next`` links (``int32[n_keys + 3]``; sentinels ``n_keys``,
-    ``n_keys + 1``, ``n_keys + 2`` head the small, main and ghost queues, ``next[sentinel]``
-    the oldest), ``where`` (``int8[n_keys]``: 0 nowhere, 1 small, 2 main, 3 ghost),
-    ``freq`` (``int8[n_keys]``, 0..3) and ``counters`` (``int64[9]``: blocks in small,
+    """Kernel state: ``prev``/``next`` links (``int32[num_keys + 3]``; sentinels ``num_keys``,
+    ``num_keys + 1``, ``num_keys + 2`` head the small, main and ghost queues, ``next[sentinel]``
+    the oldest), ``where`` (``int8[num_keys]``: 0 nowhere, 1 small, 2 main, 3 ghost),
+    ``freq`` (``int8[num_keys]``, 0..3) and ``counters`` (``int64[9]``: blocks in small,
     main, ghost; capacity; small, main, ghost sizes; move-to-main threshold; whether
     anything was evicted yet)."""
 
@@ -206,12 +206,12 @@ class S3FIFOState(NamedTuple):
 
 def make_state(flat: FlatTrace, capacity_blocks: int, *, small_size_ratio: float = 0.1,
                ghost_size_ratio: float = 0.9, move_to_main_threshold: int = 2) -> S3FIFOState:
-    """Empty S3-FIFO state for ``flat.n_keys`` block ids and the given capacity (blocks).
+    """Empty S3-FIFO state for ``flat.num_keys`` block ids and the given capacity (blocks).
 
     Raises:
         ValueError: a bad parameter (see :func:`queue_sizes`).
     """
-    n = flat.n_keys
+    n = flat.num_keys
     sizes = queue_sizes(capacity_blocks, small_size_ratio, ghost_size_ratio, move_to_main_threshold)
     prev, nxt = make_lists(n, 3)
     return S3FIFOState(prev, nxt, np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.int8),
@@ -281,7 +281,7 @@ def contains(state, block_id) -> bool:  # noqa: ANN001 - numba hook
 def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN001 - numba hook
     prev, nxt, where, freq, counters = state.prev, state.next, state.where, state.freq, state.counters
     capacity = counters[3]
-    n_evicted = 0
+    num_evicted = 0
     for j in range(stop - start):
         block_id = block_ids[stop - 1 - j] if reverse else block_ids[start + j]
         w = where[block_id]
@@ -292,10 +292,10 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
             continue
         ghost_hit = _leave_ghost(prev, nxt, where, counters, block_id)  # before anything is evicted
         if counters[0] + counters[1] >= capacity:
-            evicted[n_evicted] = _evict(prev, nxt, where, freq, counters)
-            n_evicted += 1
+            evicted[num_evicted] = _evict(prev, nxt, where, freq, counters)
+            num_evicted += 1
         _insert(prev, nxt, where, freq, counters, block_id, ghost_hit)
-    return n_evicted
+    return num_evicted
 
 
 def touch(state, block_id) -> None:  # noqa: ANN001 - numba hook

@@ -8,7 +8,7 @@ and evicts the first unvisited block; it then rests on the block newer than the 
 (or, if the victim was the newest, nowhere: the next sweep starts at the tail).
 
 The kernel keeps an intrusive doubly linked list over dense block ids (arrays
-``newer``/``older`` with a sentinel at index ``n_keys``: ``newer[sentinel]`` is the tail
+``newer``/``older`` with a sentinel at index ``num_keys``: ``newer[sentinel]`` is the tail
 (oldest), ``older[sentinel]`` the head (newest)) and the hand as a block id (the
 sentinel meaning "start at the tail").
 
@@ -129,8 +129,8 @@ class Sieve:
 
 
 class SieveState(NamedTuple):
-    """Kernel state: ``newer``/``older`` links (``int32[n_keys + 1]``, sentinel at
-    ``n_keys``), ``visited`` and ``resident`` (``bool[n_keys]``), ``counters``
+    """Kernel state: ``newer``/``older`` links (``int32[num_keys + 1]``, sentinel at
+    ``num_keys``), ``visited`` and ``resident`` (``bool[num_keys]``), ``counters``
     (``int64[3]``: used, capacity, hand — a block id, or the sentinel for "the tail")."""
 
     newer: np.ndarray
@@ -141,8 +141,8 @@ class SieveState(NamedTuple):
 
 
 def make_state(flat: FlatTrace, capacity_blocks: int) -> SieveState:
-    """Empty SIEVE state for ``flat.n_keys`` block ids and the given capacity (blocks)."""
-    n = flat.n_keys
+    """Empty SIEVE state for ``flat.num_keys`` block ids and the given capacity (blocks)."""
+    n = flat.num_keys
     older, newer = make_lists(n, 1)
     return SieveState(newer, older, np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_),
                       np.array([0, capacity_blocks, n], dtype=np.int64))
@@ -174,7 +174,7 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
         state.counters
     sentinel = resident.shape[0]
     used, capacity, hand = counters[0], counters[1], counters[2]
-    n_evicted = 0
+    num_evicted = 0
     for j in range(stop - start):
         block_id = block_ids[stop - 1 - j] if reverse else block_ids[start + j]
         if resident[block_id]:
@@ -186,15 +186,15 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
             victim, hand = _sift(newer, older, visited, hand)
             resident[victim] = False
             used -= 1
-            evicted[n_evicted] = victim
-            n_evicted += 1
+            evicted[num_evicted] = victim
+            num_evicted += 1
         list_push_back(older, newer, sentinel, block_id)  # as the newest
         visited[block_id] = False
         resident[block_id] = True
         used += 1
     counters[0] = used
     counters[2] = hand
-    return n_evicted
+    return num_evicted
 
 
 def touch(state, block_id) -> None:  # noqa: ANN001 - numba hook

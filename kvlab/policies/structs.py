@@ -35,13 +35,13 @@ import numpy as np
 from numba import njit
 
 
-def make_lists(n: int, n_lists: int, dtype: type = np.int32) -> tuple[np.ndarray, np.ndarray]:
-    """``prev``, ``next`` (``dtype[n + n_lists]``) for entries ``0 .. n - 1`` and ``n_lists``
-    empty lists whose sentinels are ``n .. n + n_lists - 1`` (each linked to itself; the
+def make_lists(n: int, num_lists: int, dtype: type = np.int32) -> tuple[np.ndarray, np.ndarray]:
+    """``prev``, ``next`` (``dtype[n + num_lists]``) for entries ``0 .. n - 1`` and ``num_lists``
+    empty lists whose sentinels are ``n .. n + num_lists - 1`` (each linked to itself; the
     entries' links are unset until pushed: they hold ``n``)."""
-    prev = np.full(n + n_lists, n, dtype=dtype)
-    nxt = np.full(n + n_lists, n, dtype=dtype)
-    prev[n:] = nxt[n:] = np.arange(n, n + n_lists, dtype=dtype)
+    prev = np.full(n + num_lists, n, dtype=dtype)
+    nxt = np.full(n + num_lists, n, dtype=dtype)
+    prev[n:] = nxt[n:] = np.arange(n, n + num_lists, dtype=dtype)
     return prev, nxt
 
 

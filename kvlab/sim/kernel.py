@@ -70,8 +70,8 @@ def replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, stop: i
     counts every resident block.
 
     Args:
-        offsets: ``int64[n_requests + 1]`` CSR offsets.
-        block_ids: ``int32[n_refs]`` dense block ids.
+        offsets: ``int64[num_requests + 1]`` CSR offsets.
+        block_ids: ``int32[num_refs]`` dense block ids.
         start, stop: request range to replay (state carries over between calls).
         reverse: touch order, ``True`` = head most recent.
         independent: per-block lookups instead of the prefix cut-off.
@@ -79,7 +79,7 @@ def replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, stop: i
         evicted: scratch for the policy's victims, at least the longest request long.
         parents, shadow, children, count: orphan tracking
             (:func:`make_orphan_tracker`; empty arrays turn it off).
-        hit_blocks, used_blocks, evictions, orphans: ``int32[n_requests]`` outputs —
+        hit_blocks, used_blocks, evictions, orphans: ``int32[num_requests]`` outputs —
             hit blocks, resident blocks after the request, blocks evicted by it, and
             orphaned resident blocks after it (0 when not tracked).
     """

@@ -39,7 +39,7 @@ def mrc(trace: Trace, *, capacities_blocks: Iterable[int | None] | None = None,
     curve equals separate :func:`kvlab.sim.replay` runs (policy ``"lru"``, mode
     ``"prefix"``) at every capacity — block hits, token hits and evictions alike (tested).
     Under SHARDS the ratios are estimates (``hit_blocks = round(block_hit_ratio ·
-    block_refs)``, ``evictions`` null); capacities ``>= n_keys`` are exactly unbounded.
+    block_refs)``, ``evictions`` null); capacities ``>= num_keys`` are exactly unbounded.
     ``docs/README.md`` ("Miss-ratio curves") gives the method, the SHARDS approximation
     under prefix semantics, its measured error on the bundled traces, and the cost.
 
@@ -51,7 +51,7 @@ def mrc(trace: Trace, *, capacities_blocks: Iterable[int | None] | None = None,
             every capacity is unbounded), de-duplicated, then ``None``.
         touch_order: ``"head_most_recent"`` or ``"tail_most_recent"``
             (:class:`~kvlab.sim.ReplayConfig`).
-        warmup_fraction: in ``[0, 1)``; the first ``floor(f · n_requests)`` requests
+        warmup_fraction: in ``[0, 1)``; the first ``floor(f · num_requests)`` requests
             fill the cache but are not counted.
         shards_rate: ``None`` (exact) or the SHARDS sampling rate in ``(0, 1]``
             (``>= 2**-24``, so that ``T >= 1``; far lower rates than ~0.01 sample too
@@ -73,7 +73,7 @@ def mrc(trace: Trace, *, capacities_blocks: Iterable[int | None] | None = None,
             integer in ``[0, 2**64)`` (each message names the parameter).
 
     Complexity:
-        Time ``O(refs · log refs)`` (with SHARDS ``O(refs + n_keys + R · refs · log(R ·
+        Time ``O(refs · log refs)`` (with SHARDS ``O(refs + num_keys + R · refs · log(R ·
         refs))``); memory about 4 bytes per (sampled) reference and 41 per distinct block,
         besides the trace's :class:`~kvlab.traces.FlatTrace`.
 
@@ -91,24 +91,24 @@ def mrc(trace: Trace, *, capacities_blocks: Iterable[int | None] | None = None,
     """
     _check(trace, touch_order, warmup_fraction, shards_rate, seed)
     flat = trace.flat
-    n, n_keys = flat.n_requests, flat.n_keys
-    capacities = _capacities(capacities_blocks, n_keys)
+    n, num_keys = flat.num_requests, flat.num_keys
+    capacities = _capacities(capacities_blocks, num_keys)
     skip = int(np.floor(warmup_fraction * n))
     threshold = SHARDS_MODULUS if shards_rate is None else round(shards_rate * SHARDS_MODULUS)
     sampled = shards_rate is not None
-    keep = shards_keep(flat.keys, threshold, seed) if sampled else np.ones(n_keys, dtype=np.bool_)
-    n_slots = int(np.count_nonzero(keep[flat.block_ids])) if sampled else flat.n_refs
-    block_hist, token_hist, evict_hist = (np.zeros(n_keys + 2, dtype=np.int64) for _ in range(3))
+    keep = shards_keep(flat.keys, threshold, seed) if sampled else np.ones(num_keys, dtype=np.bool_)
+    num_slots = int(np.count_nonzero(keep[flat.block_ids])) if sampled else flat.num_refs
+    block_hist, token_hist, evict_hist = (np.zeros(num_keys + 2, dtype=np.int64) for _ in range(3))
     stack_distance_histograms(flat.offsets, flat.block_ids, flat.input_tokens, flat.block_size, skip,
-                              touch_order == "head_most_recent", sampled, keep, n_slots,
+                              touch_order == "head_most_recent", sampled, keep, num_slots,
                               block_hist, token_hist, evict_hist)
 
     block_refs = int(flat.offsets[n] - flat.offsets[skip])
     inputs = flat.input_tokens[skip:]
     input_tokens = int(inputs.sum())
-    cum_blocks = np.cumsum(block_hist[: n_keys + 1])  # [d] = hits at capacity d, d <= n_keys
-    cum_tokens = np.cumsum(token_hist[: n_keys + 1])
-    caps = np.array([n_keys if c is None else min(c, n_keys) for c in capacities], dtype=np.int64)
+    cum_blocks = np.cumsum(block_hist[: num_keys + 1])  # [d] = hits at capacity d, d <= num_keys
+    cum_tokens = np.cumsum(token_hist[: num_keys + 1])
+    caps = np.array([num_keys if c is None else min(c, num_keys) for c in capacities], dtype=np.int64)
     if not sampled:
         hit_blocks = cum_blocks[caps]
         hit_tokens = cum_tokens[caps]
@@ -116,8 +116,8 @@ def mrc(trace: Trace, *, capacities_blocks: Iterable[int | None] | None = None,
         block_ratio = hit_blocks / block_refs if block_refs else np.zeros(len(caps))
         token_ratio = hit_tokens / input_tokens if input_tokens else np.zeros(len(caps))
     else:
-        # hit iff d / R <= C  <=>  d <= floor(C * T / P); C >= n_keys is exactly unbounded
-        idx = np.where(caps >= n_keys, n_keys, np.minimum(caps * threshold // SHARDS_MODULUS, n_keys))
+        # hit iff d / R <= C  <=>  d <= floor(C * T / P); C >= num_keys is exactly unbounded
+        idx = np.where(caps >= num_keys, num_keys, np.minimum(caps * threshold // SHARDS_MODULUS, num_keys))
         sampled_refs, sampled_tokens = int(block_hist.sum()), int(token_hist.sum())
         block_weights = int(np.minimum(flat.blocks_per_request()[skip:] * flat.block_size, inputs).sum())
         block_ratio = cum_blocks[idx] / sampled_refs if sampled_refs else np.zeros(len(caps))
@@ -150,9 +150,9 @@ def _check(trace: object, touch_order: object, warmup_fraction: object, shards_r
     check_int("seed", seed, low=0, high=2**64 - 1)
 
 
-def _capacities(capacities_blocks: object, n_keys: int) -> list[int | None]:
+def _capacities(capacities_blocks: object, num_keys: int) -> list[int | None]:
     if capacities_blocks is None:
-        grid = np.unique(np.rint(np.geomspace(1, n_keys, DEFAULT_GRID_POINTS))).astype(np.int64) if n_keys else []
+        grid = np.unique(np.rint(np.geomspace(1, num_keys, DEFAULT_GRID_POINTS))).astype(np.int64) if num_keys else []
         return [*(int(c) for c in grid), None]
     if isinstance(capacities_blocks, (str, bytes)) or not isinstance(capacities_blocks, Iterable):
         raise ValueError(f"capacities_blocks must be an iterable of integers >= 0 or None, got {capacities_blocks!r}")

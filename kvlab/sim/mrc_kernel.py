@@ -53,7 +53,7 @@ def shards_keep(keys: np.ndarray, threshold: int, seed: int) -> np.ndarray:
     ``T / P`` of the *distinct* keys, every reference of a kept key kept.
 
     Args:
-        keys: ``uint64[n_keys]`` block keys.
+        keys: ``uint64[num_keys]`` block keys.
         threshold: ``T`` in ``[1, 2**24]``.
         seed: integer in ``[0, 2**64)``, chooses the sample.
     """
@@ -81,7 +81,7 @@ def _prefix(tree: np.ndarray, i: int) -> int:
 @njit(nogil=True, cache=True)
 def stack_distance_histograms(offsets: np.ndarray, block_ids: np.ndarray, input_tokens: np.ndarray,
                               block_size: int, skip: int, reverse: bool, sampled: bool, keep: np.ndarray,
-                              n_slots: int, block_hist: np.ndarray, token_hist: np.ndarray,
+                              num_slots: int, block_hist: np.ndarray, token_hist: np.ndarray,
                               evict_hist: np.ndarray) -> int:
     """One pass over a flat trace: histograms of prefix-lookup and access distances.
 
@@ -100,23 +100,23 @@ def stack_distance_histograms(offsets: np.ndarray, block_ids: np.ndarray, input_
     request's sampled blocks.
 
     Args:
-        offsets: ``int64[n_requests + 1]`` CSR offsets; ``block_ids``: ``int32[n_refs]``
-            dense ids; ``input_tokens``: ``int64[n_requests]``; ``block_size``: tokens.
+        offsets: ``int64[num_requests + 1]`` CSR offsets; ``block_ids``: ``int32[num_refs]``
+            dense ids; ``input_tokens``: ``int64[num_requests]``; ``block_size``: tokens.
         skip: requests ``< skip`` are warm-up (they update the stack, not the histograms).
         reverse: touch order, ``True`` = head most recent.
-        sampled, keep: SHARDS sampling (``keep``: ``bool[n_keys]``, ignored unless
+        sampled, keep: SHARDS sampling (``keep``: ``bool[num_keys]``, ignored unless
             ``sampled``).
-        n_slots: number of accesses that reach the tree (sampled refs), its timestamps.
-        block_hist, token_hist, evict_hist: ``int64[n_keys + 2]``, zeroed, added to;
-            index ``n_keys + 1`` is ``∞``.
+        num_slots: number of accesses that reach the tree (sampled refs), its timestamps.
+        block_hist, token_hist, evict_hist: ``int64[num_keys + 2]``, zeroed, added to;
+            index ``num_keys + 1`` is ``∞``.
 
     Returns:
         The number of distinct (sampled) blocks seen.
     """
-    n_keys = keep.shape[0]
-    inf = n_keys + 1
-    tree = np.zeros(n_slots + 1, dtype=np.int32)  # marks at last-access times 1..n_slots
-    last = np.zeros(n_keys, dtype=np.int64)  # 0 = never accessed
+    num_keys = keep.shape[0]
+    inf = num_keys + 1
+    tree = np.zeros(num_slots + 1, dtype=np.int32)  # marks at last-access times 1..num_slots
+    last = np.zeros(num_keys, dtype=np.int64)  # 0 = never accessed
     marks = 0  # distinct blocks seen = marks in the tree
     now = 0
     for r in range(offsets.shape[0] - 1):

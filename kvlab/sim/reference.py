@@ -51,7 +51,7 @@ def replay_reference(trace: Trace, config: ReplayConfig | None = None, **overrid
 
     Example:
         >>> from kvlab.traces import chat_sessions, ChatWorkload
-        >>> trace = chat_sessions(ChatWorkload(n_sessions=4, block_size=64), seed=0)
+        >>> trace = chat_sessions(ChatWorkload(num_sessions=4, block_size=64), seed=0)
         >>> run = replay_reference(trace, capacity_blocks=50)
         >>> int(run.requests["used_blocks"].max()) <= 50, run.summary.driver
         (True, 'replay_reference')

@@ -44,7 +44,7 @@ class ReplayConfig:
             free does) or ``"tail_most_recent"``.
         warmup_fraction: fraction in [0, 1) of the first requests excluded from the
             measured statistics (they still fill the cache): the first
-            ``floor(warmup_fraction * n_requests)`` requests.
+            ``floor(warmup_fraction * num_requests)`` requests.
         window_requests: window of the timeline's rolling hit ratio, requests (≥ 1).
         mode: ``"prefix"`` (default: every block of a request, a partial last one
             included, is a cache entry under ``policy``) or ``"vllm"`` — vLLM v1's block
@@ -126,9 +126,9 @@ class ReplayConfig:
         if self.mode != "omlx" and (self.ssd_only is not False or self.ssd_capacity_blocks is not None):
             raise ValueError("ssd_only and ssd_capacity_blocks apply to mode 'omlx' only")
 
-    def warmup_requests(self, n_requests: int) -> int:
+    def warmup_requests(self, num_requests: int) -> int:
         """Number of leading requests excluded from the statistics."""
-        return int(np.floor(self.warmup_fraction * n_requests))
+        return int(np.floor(self.warmup_fraction * num_requests))
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ class ReplaySummary(RunSummary):
 
     Example:
         >>> from kvlab.traces import chat_sessions, ChatWorkload
-        >>> s = replay(chat_sessions(ChatWorkload(n_sessions=4, block_size=64), seed=0)).summary
+        >>> s = replay(chat_sessions(ChatWorkload(num_sessions=4, block_size=64), seed=0)).summary
         >>> s.driver, s.config.policy, s.to_dict()["config"]["capacity_blocks"], s.evictions
         ('replay', 'lru', None, 0)
     """
@@ -184,7 +184,7 @@ class ReplaySummary(RunSummary):
 
 @dataclass(frozen=True, eq=False)
 class KernelRun:
-    """Raw per-request kernel output (``int32[n_requests]`` each; ``admitted`` bool;
+    """Raw per-request kernel output (``int32[num_requests]`` each; ``admitted`` bool;
     ``orphans`` all 0 unless tracked)."""
 
     hit_blocks: np.ndarray
@@ -210,13 +210,13 @@ def run_kernel(trace: Trace, config: ReplayConfig, *, progress: bool = False) ->
 def run_flat(flat: FlatTrace, config: ReplayConfig, *, progress: bool = False) -> KernelRun:
     """:func:`run_kernel` on the flat arrays alone (no polars frame needed).
 
-    Memory: the outputs are four ``int32[n_requests]`` arrays and a bool array, plus
-    the policy's state (a few arrays of ``n_keys``).
+    Memory: the outputs are four ``int32[num_requests]`` arrays and a bool array, plus
+    the policy's state (a few arrays of ``num_keys``).
     """
     if config.mode == "omlx":
         raise ValueError("mode 'omlx' runs oMLX's engine model, not a kernel: use kvlab.replay or "
                          "kvlab.engines.replay_omlx")
-    n = flat.n_requests
+    n = flat.num_requests
     hits, used, evictions, orphans = (np.zeros(n, dtype=np.int32) for _ in range(4))
     admitted = np.ones(n, dtype=np.bool_)
     step = _vllm_step(flat, config, hits, used, evictions, admitted) if config.mode == "vllm" \
@@ -226,9 +226,9 @@ def run_flat(flat: FlatTrace, config: ReplayConfig, *, progress: bool = False) -
     else:
         from tqdm.auto import tqdm
 
-        cuts = np.searchsorted(flat.offsets, np.arange(0, flat.n_refs, _CHUNK_REFS)[1:])
+        cuts = np.searchsorted(flat.offsets, np.arange(0, flat.num_refs, _CHUNK_REFS)[1:])
         bounds = [0, *cuts.tolist(), n]
-        with tqdm(total=flat.n_refs, unit="block", unit_scale=True, desc=config.policy, file=sys.stderr) as bar:
+        with tqdm(total=flat.num_refs, unit="block", unit_scale=True, desc=config.policy, file=sys.stderr) as bar:
             for a, b in zip(bounds[:-1], bounds[1:]):
                 step(a, b)
                 bar.update(int(flat.offsets[b] - flat.offsets[a]))
@@ -243,7 +243,7 @@ def _prefix_step(flat: FlatTrace, config: ReplayConfig, hits: np.ndarray, used: 
                  orphans: np.ndarray) -> Callable[[int, int], None]:
     """The cache-level replay of a policy kernel over requests ``[a, b)``."""
     # beyond the working set every capacity behaves as unbounded (and must fit the kernel's int64)
-    capacity = flat.n_keys if config.capacity_blocks is None else min(config.capacity_blocks, flat.n_keys)
+    capacity = flat.num_keys if config.capacity_blocks is None else min(config.capacity_blocks, flat.num_keys)
     state = get_policy(config.policy).make_state(flat, capacity)
     reverse = config.touch_order == "head_most_recent"
     independent = config.hit_semantics == "independent"
@@ -261,7 +261,7 @@ def _vllm_step(flat: FlatTrace, config: ReplayConfig, hits: np.ndarray, used: np
     blocks = -(-flat.input_tokens // flat.block_size)
     total = int(blocks.sum())
     capacity = total if config.capacity_blocks is None else min(config.capacity_blocks, total)
-    state = make_vllm_state(flat.n_keys, capacity, int(blocks.max()) if blocks.size else 0)
+    state = make_vllm_state(flat.num_keys, capacity, int(blocks.max()) if blocks.size else 0)
     current = config.free_order == "current"
     return lambda a, b: vllm_replay_range(flat.offsets, flat.block_ids, flat.input_tokens, flat.block_size,
                                           current, a, b, *state, hits, used, evictions, admitted)
@@ -271,19 +271,19 @@ def summarize(trace: Trace, config: ReplayConfig, run: KernelRun,
               summary_type: type[ReplaySummary] = ReplaySummary) -> ReplaySummary:
     """Totals of a kernel run over the measured requests, as a ``summary_type``."""
     flat = trace.flat
-    skip = config.warmup_requests(flat.n_requests)
+    skip = config.warmup_requests(flat.num_requests)
     blocks = flat.blocks_per_request()[skip:]
     hits = run.hit_blocks[skip:].astype(np.int64)
     inputs = flat.input_tokens[skip:]
     hit_tokens = np.minimum(hits * flat.block_size, inputs)
-    refs, n_inputs = int(blocks.sum()), int(inputs.sum())
+    refs, num_inputs = int(blocks.sum()), int(inputs.sum())
     nonempty = blocks > 0
     return summary_type(
         source=trace.source, config=config, requests=int(blocks.shape[0]), warmup_requests=skip,
         block_refs=refs, hit_blocks=int(hits.sum()),
         block_hit_ratio=float(hits.sum() / refs) if refs else 0.0,
-        input_tokens=n_inputs, hit_tokens=int(hit_tokens.sum()),
-        token_hit_ratio=float(hit_tokens.sum() / n_inputs) if n_inputs else 0.0,
+        input_tokens=num_inputs, hit_tokens=int(hit_tokens.sum()),
+        token_hit_ratio=float(hit_tokens.sum() / num_inputs) if num_inputs else 0.0,
         mean_request_block_hit_ratio=float(np.mean(hits[nonempty] / blocks[nonempty])) if nonempty.any() else 0.0,
         evictions=int(run.evictions[skip:].sum()),
         peak_used_blocks=int(run.used_blocks.max()) if run.used_blocks.size else 0,
@@ -360,7 +360,7 @@ def _requests_frame(trace: Trace, config: ReplayConfig, run: KernelRun) -> pl.Da
     flat = trace.flat
     blocks = flat.blocks_per_request()
     hit_tokens = np.minimum(run.hit_blocks.astype(np.int64) * flat.block_size, flat.input_tokens)
-    measured = np.arange(flat.n_requests) >= config.warmup_requests(flat.n_requests)
+    measured = np.arange(flat.num_requests) >= config.warmup_requests(flat.num_requests)
     return pl.DataFrame({
         "request_id": trace.frame["request_id"],
         "arrival_s": trace.frame["arrival_s"],
@@ -386,9 +386,9 @@ def _timeline_frame(trace: Trace, config: ReplayConfig, run: KernelRun) -> pl.Da
         "hit_ratio_rolling": rolling_hit_ratio(run.hit_blocks, blocks, config.window_requests),
     }
     if config.capacity_blocks is not None:
-        metrics["capacity_blocks"] = np.full(flat.n_requests, config.capacity_blocks)
+        metrics["capacity_blocks"] = np.full(flat.num_requests, config.capacity_blocks)
     if config.track_orphans:
         metrics["orphaned_blocks"] = run.orphans
     metrics["hit_blocks"] = run.hit_blocks
     metrics["miss_blocks"] = blocks - run.hit_blocks
-    return timeline_frame(np.arange(flat.n_requests), trace.frame["arrival_s"].to_numpy(), SINGLE_TIER, metrics)
+    return timeline_frame(np.arange(flat.num_requests), trace.frame["arrival_s"].to_numpy(), SINGLE_TIER, metrics)

@@ -78,7 +78,7 @@ def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Itera
 
     Example:
         >>> from kvlab.traces import chat_sessions, ChatWorkload
-        >>> trace = chat_sessions(ChatWorkload(n_sessions=20, block_size=64), seed=0)
+        >>> trace = chat_sessions(ChatWorkload(num_sessions=20, block_size=64), seed=0)
         >>> frame = sweep(trace, [10, 100, None], executor="serial")
         >>> frame["block_hit_ratio"].is_sorted()
         True

@@ -28,10 +28,10 @@ from kvlab.policies.structs import list_insert_after, list_pop_front, list_push_
 FREE_ORDERS = ("classic", "current")
 
 
-def make_vllm_state(n_keys: int, capacity_blocks: int, max_request_blocks: int) -> tuple[np.ndarray, ...]:
+def make_vllm_state(num_keys: int, capacity_blocks: int, max_request_blocks: int) -> tuple[np.ndarray, ...]:
     """Arrays of an empty pool: the free queue's links (``int64[capacity + 1]``, sentinel
     ``capacity``), the key each slot holds (``-1``: none), per key the list of slots holding
-    it, oldest first (``copy_prev``/``copy_next``, ``int64[capacity + n_keys]``: slot ``s``'s
+    it, oldest first (``copy_prev``/``copy_next``, ``int64[capacity + num_keys]``: slot ``s``'s
     links at ``s``, key ``k``'s sentinel at ``capacity + k``), a request block-table buffer,
     counters. The lists are :mod:`kvlab.policies.structs` lists.
 
@@ -41,7 +41,7 @@ def make_vllm_state(n_keys: int, capacity_blocks: int, max_request_blocks: int) 
     order = np.arange(c + 1, dtype=np.int64)  # one list through every slot, in order, then the sentinel
     q_next, q_prev = np.roll(order, -1), np.roll(order, 1)
     slot_key = np.full(c, -1, dtype=np.int64)
-    copy_prev, copy_next = make_lists(c, n_keys, np.int64)
+    copy_prev, copy_next = make_lists(c, num_keys, np.int64)
     table = np.empty(max(max_request_blocks, 1), dtype=np.int64)
     counters = np.zeros(1, dtype=np.int64)  # cached blocks
     return q_next, q_prev, slot_key, copy_next, copy_prev, table, counters

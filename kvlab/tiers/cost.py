@@ -51,23 +51,23 @@ def _check_mfu(mfu: object) -> float:
     return v
 
 
-def _transfer_time_s(n_blocks: int, block_bytes: int, device: Device, link: Device | None, *, write: bool) -> float:
-    """``device`` then ``link`` time for ``n_blocks`` blocks (reads, or writes), input checked."""
-    _check_int("n_blocks", n_blocks)
+def _transfer_time_s(num_blocks: int, block_bytes: int, device: Device, link: Device | None, *, write: bool) -> float:
+    """``device`` then ``link`` time for ``num_blocks`` blocks (reads, or writes), input checked."""
+    _check_int("num_blocks", num_blocks)
     _check_int("block_bytes", block_bytes)
     _check_device("device", device)
     _check_device("link", link, optional=True)
-    total = n_blocks * block_bytes
-    seconds = (device.write_time_s if write else device.read_time_s)(total, n_ops=n_blocks)
+    total = num_blocks * block_bytes
+    seconds = (device.write_time_s if write else device.read_time_s)(total, num_ops=num_blocks)
     if link is not None:
-        seconds += (link.write_time_s if write else link.read_time_s)(total, n_ops=n_blocks)
+        seconds += (link.write_time_s if write else link.read_time_s)(total, num_ops=num_blocks)
     return seconds
 
 
-def fetch_time_s(n_blocks: int, block_bytes: int, device: Device, link: Device | None = None) -> float:
-    """Seconds to onboard ``n_blocks`` blocks of ``block_bytes`` each from a tier's ``device``.
+def fetch_time_s(num_blocks: int, block_bytes: int, device: Device, link: Device | None = None) -> float:
+    """Seconds to onboard ``num_blocks`` blocks of ``block_bytes`` each from a tier's ``device``.
 
-    ``device.read_time_s(n_blocks · block_bytes, n_ops=n_blocks)`` plus, when ``link`` is given
+    ``device.read_time_s(num_blocks · block_bytes, num_ops=num_blocks)`` plus, when ``link`` is given
     (e.g. PCIe from host to GPU), ``link.read_time_s(...)`` of the same bytes and ops. The two
     stages are sequential (the model of Opal-IBM's retrieve: tier read, then a host→device copy,
     index_blend.md O18). Raises ``ValueError`` for negative/non-int counts or a non-Device.
@@ -76,20 +76,20 @@ def fetch_time_s(n_blocks: int, block_bytes: int, device: Device, link: Device |
     >>> round(fetch_time_s(4, 2**21, get_device("opal_cpu_memory")), 7)   # 200 ns + 8 MiB / 50 GB/s
     0.000168
     """
-    return _transfer_time_s(n_blocks, block_bytes, device, link, write=False)
+    return _transfer_time_s(num_blocks, block_bytes, device, link, write=False)
 
 
-def offload_time_s(n_blocks: int, block_bytes: int, device: Device, link: Device | None = None) -> float:
-    """Seconds to offload ``n_blocks`` blocks to ``device``: ``link.write`` then ``device.write``.
+def offload_time_s(num_blocks: int, block_bytes: int, device: Device, link: Device | None = None) -> float:
+    """Seconds to offload ``num_blocks`` blocks to ``device``: ``link.write`` then ``device.write``.
 
     The mirror of :func:`fetch_time_s` (same model, same errors).
     """
-    return _transfer_time_s(n_blocks, block_bytes, device, link, write=True)
+    return _transfer_time_s(num_blocks, block_bytes, device, link, write=True)
 
 
-def recompute_time_s(n_tokens: int, model: ModelSpec, gpu_flops: float, context_tokens: int = 0,
+def recompute_time_s(num_tokens: int, model: ModelSpec, gpu_flops: float, context_tokens: int = 0,
                      mfu: float = DEFAULT_MFU) -> float:
-    """Seconds to prefill ``n_tokens`` after ``context_tokens``: ``prefill_flops / (gpu_flops × mfu)``.
+    """Seconds to prefill ``num_tokens`` after ``context_tokens``: ``prefill_flops / (gpu_flops × mfu)``.
 
     ``gpu_flops`` is the dense FLOP/s of the GPUs doing the prefill (sum them for a TP group);
     ``mfu`` in (0, 1] (default 0.5, see the module doc). Raises ``ValueError`` on bad input.
@@ -101,7 +101,7 @@ def recompute_time_s(n_tokens: int, model: ModelSpec, gpu_flops: float, context_
     if not isinstance(model, ModelSpec):
         raise ValueError(f"model must be a ModelSpec, got {model!r}")
     g = _check_real("gpu_flops", gpu_flops, positive=True)
-    return model.prefill_flops(n_tokens, context_tokens) / (g * _check_mfu(mfu))
+    return model.prefill_flops(num_tokens, context_tokens) / (g * _check_mfu(mfu))
 
 
 @dataclass(frozen=True)
@@ -121,12 +121,12 @@ class LoadOrRecompute:
     saved_s: float
 
 
-def load_or_recompute(n_blocks: int, block_size: int, model: ModelSpec, device: Device, gpu_flops: float,
+def load_or_recompute(num_blocks: int, block_size: int, model: ModelSpec, device: Device, gpu_flops: float,
                       *, link: Device | None = None, context_tokens: int = 0,
                       mfu: float = DEFAULT_MFU) -> LoadOrRecompute:
-    """Compare fetching ``n_blocks`` full blocks from ``device`` (+ ``link``) with recomputing them.
+    """Compare fetching ``num_blocks`` full blocks from ``device`` (+ ``link``) with recomputing them.
 
-    The blocks hold ``n_blocks × block_size`` tokens that start after ``context_tokens``
+    The blocks hold ``num_blocks × block_size`` tokens that start after ``context_tokens``
     tokens already on the GPU (their attention reads that context). The "recompute vs load per
     tier" question of engines.md §8.1; see :func:`fetch_time_s`, :func:`recompute_time_s`.
     Raises ``ValueError`` on bad input.
@@ -138,33 +138,33 @@ def load_or_recompute(n_blocks: int, block_size: int, model: ModelSpec, device: 
     >>> r.decision, round(r.fetch_s, 3), round(r.recompute_s, 3)
     ('load', 0.123, 0.236)
     """
-    _check_int("n_blocks", n_blocks)
+    _check_int("num_blocks", num_blocks)
     block_bytes = model.kv_bytes_per_block(block_size) if isinstance(model, ModelSpec) else None
-    recompute_s = recompute_time_s(n_blocks * block_size, model, gpu_flops, context_tokens, mfu)
-    fetch_s = fetch_time_s(n_blocks, block_bytes, device, link)
+    recompute_s = recompute_time_s(num_blocks * block_size, model, gpu_flops, context_tokens, mfu)
+    fetch_s = fetch_time_s(num_blocks, block_bytes, device, link)
     load = fetch_s < recompute_s
     return LoadOrRecompute(fetch_s=fetch_s, recompute_s=recompute_s, decision="load" if load else "recompute",
                            saved_s=max(0.0, recompute_s - fetch_s))
 
 
-def mooncake_prefill_flops(n_tokens: int, model: ModelSpec, a: float = 4.0, b: float = 22.0) -> float:
+def mooncake_prefill_flops(num_tokens: int, model: ModelSpec, a: float = 4.0, b: float = 22.0) -> float:
     """Mooncake FAST'25 Eq. 1: prefill FLOPs of ``n`` tokens = ``l · (a·n²·d + b·n·d²)``.
 
     ``l`` = layers, ``d`` = ``hidden_size``, ``a = 4`` and ``b = 22`` the paper's fitted
     constants (Table 1). A coarser alternative to :meth:`ModelSpec.prefill_flops`.
-    Raises ``ValueError`` on a negative or non-int ``n_tokens``.
+    Raises ``ValueError`` on a negative or non-int ``num_tokens``.
     """
-    _check_int("n_tokens", n_tokens)
+    _check_int("num_tokens", num_tokens)
     d = model.hidden_size
-    return float(model.layers * (a * n_tokens * n_tokens * d + b * n_tokens * d * d))
+    return float(model.layers * (a * num_tokens * num_tokens * d + b * num_tokens * d * d))
 
 
-def mooncake_break_even_bandwidth(p_tokens: int, model: ModelSpec, gpu_flops: float, *, n_gpus: int = 1,
+def mooncake_break_even_bandwidth(p_tokens: int, model: ModelSpec, gpu_flops: float, *, num_gpus: int = 1,
                                   a: float = 4.0, b: float = 22.0) -> float:
     """Load bandwidth (bytes/s) above which loading ``p`` cached tokens beats recomputing them.
 
     Mooncake FAST'25 Eq. 2 (engines.md §8.1): load wins if ``B / G > 2·d·s / (gqa·(a·p·d + b·d²))``
-    with ``B`` the load bandwidth, ``G = n_gpus × gpu_flops`` the aggregate compute of the
+    with ``B`` the load bandwidth, ``G = num_gpus × gpu_flops`` the aggregate compute of the
     prefill instance (the paper's 8×A800 / 8×H800 nodes), ``d`` = ``hidden_size``, ``s`` =
     ``bytes_per_elem``, ``gqa`` = ``q_heads / kv_heads``, ``p`` = prefix tokens and ``a, b`` =
     4, 22 fitted constants. It follows from equating the transfer time of the prefix's KV,
@@ -175,14 +175,14 @@ def mooncake_break_even_bandwidth(p_tokens: int, model: ModelSpec, gpu_flops: fl
     Raises ``ValueError`` for ``p_tokens < 1`` or other bad input.
 
     >>> from kvlab.tiers.models import get_model
-    >>> round(mooncake_break_even_bandwidth(8192, get_model("Llama-3-70B"), 312e12, n_gpus=8) / 1e9, 2)
+    >>> round(mooncake_break_even_bandwidth(8192, get_model("Llama-3-70B"), 312e12, num_gpus=8) / 1e9, 2)
     5.86
     """
     _check_int("p_tokens", p_tokens, minimum=1)
-    _check_int("n_gpus", n_gpus, minimum=1)
+    _check_int("num_gpus", num_gpus, minimum=1)
     if not isinstance(model, ModelSpec):
         raise ValueError(f"model must be a ModelSpec, got {model!r}")
-    g = n_gpus * _check_real("gpu_flops", gpu_flops, positive=True)
+    g = num_gpus * _check_real("gpu_flops", gpu_flops, positive=True)
     _check_real("a", a, positive=False)
     _check_real("b", b, positive=False)
     d = model.hidden_size
@@ -221,20 +221,20 @@ def tokens_to_load(local_hit_tokens: int, tier_hit_tokens: int, prompt_tokens: i
 
 @dataclass(frozen=True)
 class TierHit:
-    """``n_blocks`` consecutive prefix blocks served by ``device`` (through ``link``, if given).
+    """``num_blocks`` consecutive prefix blocks served by ``device`` (through ``link``, if given).
 
     >>> from kvlab.tiers.devices import get_device
-    >>> TierHit(get_device("nvme_gen4"), 3, get_device("pcie_gen4_x16")).n_blocks
+    >>> TierHit(get_device("nvme_gen4"), 3, get_device("pcie_gen4_x16")).num_blocks
     3
     """
 
     device: Device
-    n_blocks: int
+    num_blocks: int
     link: Device | None = None
 
     def __post_init__(self) -> None:
         _check_device("device", self.device)
-        _check_int("n_blocks", self.n_blocks)
+        _check_int("num_blocks", self.num_blocks)
         _check_device("link", self.link, optional=True)
 
 
@@ -243,9 +243,9 @@ def ttft_saved_s(hits: Sequence[TierHit | tuple], block_size: int, model: ModelS
     """Estimated prefill seconds saved by prefix hits spread over tiers, vs computing everything.
 
     ``hits`` lists the tiers in prefix order (as Opal's strict prefix walk across tiers,
-    index_blend.md O15, and LMCache's backend order): the first ``hits[0].n_blocks`` blocks
+    index_blend.md O15, and LMCache's backend order): the first ``hits[0].num_blocks`` blocks
     of the prompt come from ``hits[0].device``, the next ones from ``hits[1]``, … Items are
-    :class:`TierHit` or ``(device, n_blocks[, link])`` tuples. Returns the sum over tiers of
+    :class:`TierHit` or ``(device, num_blocks[, link])`` tuples. Returns the sum over tiers of
     ``max(0, recompute − fetch)`` for that tier's blocks, where the recompute of a tier's
     blocks attends over all earlier blocks (``context_tokens``). A tier slower than recomputing
     saves 0 (the engine would recompute). GPU-resident hits: omit them, or pass the HBM device.
@@ -259,16 +259,16 @@ def ttft_saved_s(hits: Sequence[TierHit | tuple], block_size: int, model: ModelS
     0.0532
     """
     if isinstance(hits, (str, bytes)) or not isinstance(hits, Sequence):
-        raise ValueError(f"hits must be a sequence of TierHit or (device, n_blocks[, link]), got {hits!r}")
+        raise ValueError(f"hits must be a sequence of TierHit or (device, num_blocks[, link]), got {hits!r}")
     saved_s = 0.0
     context_tokens = 0
     for i, hit in enumerate(hits):
         if isinstance(hit, tuple) and 2 <= len(hit) <= 3:
             hit = TierHit(*hit)
         elif not isinstance(hit, TierHit):
-            raise ValueError(f"hits[{i}] must be a TierHit or (device, n_blocks[, link]), got {hit!r}")
-        r = load_or_recompute(hit.n_blocks, block_size, model, hit.device, gpu_flops, link=hit.link,
+            raise ValueError(f"hits[{i}] must be a TierHit or (device, num_blocks[, link]), got {hit!r}")
+        r = load_or_recompute(hit.num_blocks, block_size, model, hit.device, gpu_flops, link=hit.link,
                               context_tokens=context_tokens, mfu=mfu)
         saved_s += r.saved_s
-        context_tokens += hit.n_blocks * block_size
+        context_tokens += hit.num_blocks * block_size
     return saved_s

@@ -4,9 +4,9 @@ A :class:`Device` is the cost model of one place the KV cache can live (GPU HBM,
 local NVMe, a distributed file system) or of one link it crosses (PCIe, NVLink, an RDMA NIC).
 Transfer time follows a simplified version of Opal's device (docs/specs/index_blend.md O20):
 
-    time_s = ceil(n_ops / concurrency) * latency_s + n_bytes / bandwidth_bytes_per_s
+    time_s = ceil(num_ops / concurrency) * latency_s + num_bytes / bandwidth_bytes_per_s
 
-``n_ops`` equal transfers issued together: at most ``concurrency`` are in flight, the rest wait
+``num_ops`` equal transfers issued together: at most ``concurrency`` are in flight, the rest wait
 for a slot (one latency per wave), and all of them share the device bandwidth. Opal instead
 lets a transfer that fits in ``bandwidth * latency`` finish at the latency and splits the
 bandwidth among the transfers active *at each instant* (processor sharing); for a batch issued
@@ -70,7 +70,7 @@ class Device:
     ...               write_bytes_per_s=7e9, latency_s=50e-6, concurrency=128)
     >>> round(nvme.read_time_s(2 * 2**20), 6)          # one 2 MiB block: 50 µs + 2 MiB / 7 GB/s
     0.00035
-    >>> round(nvme.read_time_s(256 * 2 * 2**20, n_ops=256), 4)   # 2 waves of 128 ops
+    >>> round(nvme.read_time_s(256 * 2 * 2**20, num_ops=256), 4)   # 2 waves of 128 ops
     0.0768
     >>> nvme.with_capacity(10**12).capacity_bytes
     1000000000000
@@ -101,28 +101,28 @@ class Device:
         if not isinstance(self.source, str):
             raise ValueError(f"source must be a str, got {self.source!r}")
 
-    def _time_s(self, n_bytes: int, n_ops: int, bytes_per_s: float) -> float:
-        _check_int("n_bytes", n_bytes)
-        _check_int("n_ops", n_ops)
-        if n_ops == 0:
-            if n_bytes != 0:
-                raise ValueError(f"n_ops must be >= 1 when n_bytes > 0, got n_ops=0, n_bytes={n_bytes}")
+    def _time_s(self, num_bytes: int, num_ops: int, bytes_per_s: float) -> float:
+        _check_int("num_bytes", num_bytes)
+        _check_int("num_ops", num_ops)
+        if num_ops == 0:
+            if num_bytes != 0:
+                raise ValueError(f"num_ops must be >= 1 when num_bytes > 0, got num_ops=0, num_bytes={num_bytes}")
             return 0.0
-        waves = -(-n_ops // self.concurrency)
-        return waves * self.latency_s + n_bytes / bytes_per_s
+        waves = -(-num_ops // self.concurrency)
+        return waves * self.latency_s + num_bytes / bytes_per_s
 
-    def read_time_s(self, n_bytes: int, n_ops: int = 1) -> float:
-        """Seconds to read ``n_bytes`` in total as ``n_ops`` equal transfers issued together.
+    def read_time_s(self, num_bytes: int, num_ops: int = 1) -> float:
+        """Seconds to read ``num_bytes`` in total as ``num_ops`` equal transfers issued together.
 
-        ``ceil(n_ops / concurrency) * latency_s + n_bytes / read_bytes_per_s``. ``n_ops = 0``
-        (with ``n_bytes = 0``) costs nothing. Raises ``ValueError`` for a negative or
-        non-int ``n_bytes`` / ``n_ops``, or ``n_ops = 0`` with ``n_bytes > 0``.
+        ``ceil(num_ops / concurrency) * latency_s + num_bytes / read_bytes_per_s``. ``num_ops = 0``
+        (with ``num_bytes = 0``) costs nothing. Raises ``ValueError`` for a negative or
+        non-int ``num_bytes`` / ``num_ops``, or ``num_ops = 0`` with ``num_bytes > 0``.
         """
-        return self._time_s(n_bytes, n_ops, self.read_bytes_per_s)
+        return self._time_s(num_bytes, num_ops, self.read_bytes_per_s)
 
-    def write_time_s(self, n_bytes: int, n_ops: int = 1) -> float:
-        """Seconds to write ``n_bytes`` as ``n_ops`` equal transfers; as :meth:`read_time_s`."""
-        return self._time_s(n_bytes, n_ops, self.write_bytes_per_s)
+    def write_time_s(self, num_bytes: int, num_ops: int = 1) -> float:
+        """Seconds to write ``num_bytes`` as ``num_ops`` equal transfers; as :meth:`read_time_s`."""
+        return self._time_s(num_bytes, num_ops, self.write_bytes_per_s)
 
     def with_capacity(self, capacity_bytes: int) -> Device:
         """A copy with another ``capacity_bytes`` (validated; ``ValueError`` if bad)."""

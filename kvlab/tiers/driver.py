@@ -9,9 +9,9 @@ that has the tier hooks (``touch``, ``insert``, ``evict``, ``remove``:
 when a tier must make room, and moves the victims. It is generic over the tiers' policies:
 ``states`` is a tuple of states and numba compiles one specialisation per tuple of state
 types (a policy change compiles once, a capacity change does not). Block ids are the
-trace's dense ids ``0 .. n_keys - 1``.
+trace's dense ids ``0 .. num_keys - 1``.
 
-The driver keeps, besides the policies' states: ``where`` (``uint8[n_keys]``, bit ``t`` set
+The driver keeps, besides the policies' states: ``where`` (``uint8[num_keys]``, bit ``t`` set
 while the block is in tier ``t`` — write-through keeps a block in several — so the fastest
 tier holding a block is one table lookup; at most :data:`MAX_TIERS` tiers), per tier its
 capacity, whether it evicts (a tier of policy ``None`` never does: a block that does not
@@ -119,16 +119,16 @@ def _lookup(block_ids: np.ndarray, a: int, n: int, where: np.ndarray, queried: n
     tier ``t`` answers; ``queried`` is a difference array over the tiers (a tier first
     asked at block ``p`` is asked about ``n - p`` blocks: ``queried[lo] += n - p``,
     ``queried[hi + 1] -= n - p`` for the tiers ``lo .. hi`` first asked there)."""
-    n_tiers = hits.shape[1]
+    num_tiers = hits.shape[1]
     asked = 0  # tiers asked so far: 0 .. asked - 1
     for p in range(n):
         w = _FIRST_TIER[where[block_ids[a + p]]]
-        deepest = min(w, n_tiers - 1) + 1
+        deepest = min(w, num_tiers - 1) + 1
         if deepest > asked:
             queried[asked] += n - p
             queried[deepest] -= n - p
             asked = deepest
-        if w >= n_tiers:
+        if w >= num_tiers:
             break
         hits[r, w] += 1
         counters[w, HIT] += 1
@@ -140,15 +140,15 @@ def record_used(used: np.ndarray, used_log: np.ndarray, m: int, r: int) -> int:
     logged (rows ``0 .. m - 1`` of ``used_log``: the request, then one column per tier);
     returns the rows logged. They change seldom once the tiers are full, so the log stays
     short (and a preallocated ``np.empty`` log is never touched beyond it)."""
-    n_tiers = used.shape[0]
+    num_tiers = used.shape[0]
     changed = m == 0
     t = 0
-    while not changed and t < n_tiers:
+    while not changed and t < num_tiers:
         changed = used_log[m - 1, t + 1] != used[t]
         t += 1
     if changed:
         used_log[m, 0] = r
-        for t in range(n_tiers):
+        for t in range(num_tiers):
             used_log[m, t + 1] = used[t]
         m += 1
     return m
@@ -159,7 +159,7 @@ def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, 
                         write_policy: int, promote: bool, selective_hits: int, states: tuple, where: np.ndarray,
                         capacity: np.ndarray, evicts: np.ndarray, used: np.ndarray, uses: np.ndarray,
                         counters: np.ndarray, hit_blocks: np.ndarray, used_log: np.ndarray,
-                        n_logged: np.ndarray, queried: np.ndarray) -> None:
+                        num_logged: np.ndarray, queried: np.ndarray) -> None:
     """Replay requests ``start .. stop - 1`` (``offsets``: ``int64`` CSR, ``block_ids``:
     ``int32`` dense ids) through the tiers (mutated; they carry over between calls).
 
@@ -174,13 +174,13 @@ def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, 
         selective_hits: uses before ``write_through_selective`` copies a block down.
         states: one policy state per tier, fastest first, each with the tier hooks and a
             capacity of ``capacity[t]`` blocks.
-        where: ``uint8[n_keys]`` residency bitmap; ``capacity``, ``used``: ``int64[T]``
-            blocks (an unbounded tier has ``n_keys``); ``evicts``: ``bool[T]``;
-            ``uses``: ``int32[n_keys]``; ``counters``: ``int64[T, len(COUNTERS)]``.
-        hit_blocks: ``[n_requests, T]`` (zeroed, any integer type holding a request's
+        where: ``uint8[num_keys]`` residency bitmap; ``capacity``, ``used``: ``int64[T]``
+            blocks (an unbounded tier has ``num_keys``); ``evicts``: ``bool[T]``;
+            ``uses``: ``int32[num_keys]``; ``counters``: ``int64[T, len(COUNTERS)]``.
+        hit_blocks: ``[num_requests, T]`` (zeroed, any integer type holding a request's
             length): the blocks each tier answered.
-        used_log, n_logged: the resident blocks per tier logged where they change
-            (``[n_requests, T + 1]``; ``n_logged[0]`` rows, carried over between calls;
+        used_log, num_logged: the resident blocks per tier logged where they change
+            (``[num_requests, T + 1]``; ``num_logged[0]`` rows, carried over between calls;
             see :func:`record_used`).
         queried: scratch, ``int64[T + 1]``.
 
@@ -188,11 +188,11 @@ def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, 
     which would otherwise count the references to a state's arrays at every hook call
     (measured: 4× slower with two LRU tiers).
     """
-    n_tiers = capacity.shape[0]
+    num_tiers = capacity.shape[0]
     write_back = write_policy == WRITE_BACK
     selective = write_policy == WRITE_THROUGH_SELECTIVE
     queried[:] = 0
-    logged = n_logged[0]
+    logged = num_logged[0]
     dirty = True  # the resident blocks per tier may differ from the last logged
     for r in range(start, stop):
         a = offsets[r]
@@ -210,7 +210,7 @@ def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, 
             down_from = 0
             up_from = 0
             up_to = 0
-            if t < n_tiers:  # served from tier t
+            if t < num_tiers:  # served from tier t
                 counters[t, READ] += 1
                 up = t  # exclusive promotion: to the first tier above that can take it
                 if write_back and promote:
@@ -232,11 +232,11 @@ def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, 
                         down_from = t - 1
                     if copy_down:  # copy down to every lower tier
                         up_from = 1
-                        up_to = n_tiers
+                        up_to = num_tiers
                     if n_down == 0 and up_to == 0:
                         continue
             else:  # computed: store per the write policy
-                up_to = n_tiers if write_policy == WRITE_THROUGH or copy_down else 1
+                up_to = num_tiers if write_policy == WRITE_THROUGH or copy_down else 1
             for step in range(n_down + up_to - up_from):
                 if step < n_down:
                     u = down_from - step
@@ -246,7 +246,7 @@ def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, 
                     promoted = False
                     if where[k] >> u & 1:
                         continue
-                while write_back and u + 1 < n_tiers and not _can_accept(capacity, evicts, used, u):
+                while write_back and u + 1 < num_tiers and not _can_accept(capacity, evicts, used, u):
                     u += 1  # does not fit: the next tier
                 if not _can_accept(capacity, evicts, used, u):
                     continue
@@ -269,9 +269,9 @@ def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, 
                     if victim < 0 or not write_back:
                         break  # nothing evicted, or the victim is dropped
                     w = u + 1
-                    while w < n_tiers and not _can_accept(capacity, evicts, used, w):
+                    while w < num_tiers and not _can_accept(capacity, evicts, used, w):
                         w += 1  # the victim skips tiers that cannot take it
-                    if w >= n_tiers:
+                    if w >= num_tiers:
                         break  # no tier below: dropped
                     counters[u, DEMOTED_OUT] += 1
                     counters[w, DEMOTED_IN] += 1
@@ -280,9 +280,9 @@ def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, 
         if dirty:
             logged = record_used(used, used_log, logged, r)
             dirty = False
-    n_logged[0] = logged
+    num_logged[0] = logged
     total = 0
-    for t in range(n_tiers):  # fold the difference array
+    for t in range(num_tiers):  # fold the difference array
         total += queried[t]
         counters[t, QUERIED] += total
 
@@ -302,23 +302,23 @@ def request_columns(offsets: np.ndarray, input_tokens: np.ndarray, block_size: i
                     total: np.ndarray, hit_tokens: np.ndarray, computed: np.ndarray,
                     tier_hits: np.ndarray) -> tuple[int, int, int]:
     """The per-request columns of a replay in one pass, into ``hits`` and ``used``
-    (``uint32[T, n_requests]``, tier by tier: hit blocks, and resident blocks after the
+    (``uint32[T, num_requests]``, tier by tier: hit blocks, and resident blocks after the
     request expanded from ``used_log``), ``total``, ``hit_tokens`` and ``computed``
-    (``uint32[n_requests]``: hit blocks over the tiers, their tokens — full blocks as
+    (``uint32[num_requests]``: hit blocks over the tiers, their tokens — full blocks as
     ``block_size`` tokens, at most the input — and the blocks computed) — numpy's arrays:
     it asks the kernel for huge pages, which a 10 M-request frame faults in much faster —
     and over the requests from ``skip`` on: hit blocks per tier (into ``tier_hits``,
     ``int64[T]``, zeroed), and returned, hit blocks, hit tokens and input tokens."""
-    n, n_tiers = hit_blocks.shape
+    n, num_tiers = hit_blocks.shape
     hit_sum = 0
     hit_token_sum = 0
-    n_inputs = 0
+    num_inputs = 0
     row = 0
     for r in range(n):
         while row + 1 < used_log.shape[0] and used_log[row + 1, 0] <= r:
             row += 1
         h = 0
-        for t in range(n_tiers):
+        for t in range(num_tiers):
             x = hit_blocks[r, t]
             hits[t, r] = x
             h += x
@@ -328,9 +328,9 @@ def request_columns(offsets: np.ndarray, input_tokens: np.ndarray, block_size: i
         hit_tokens[r] = tokens
         computed[r] = offsets[r + 1] - offsets[r] - h
         if r >= skip:
-            for t in range(n_tiers):
+            for t in range(num_tiers):
                 tier_hits[t] += hit_blocks[r, t]
             hit_sum += h
             hit_token_sum += tokens
-            n_inputs += input_tokens[r]
-    return hit_sum, hit_token_sum, n_inputs
+            num_inputs += input_tokens[r]
+    return hit_sum, hit_token_sum, num_inputs

@@ -1,7 +1,7 @@
 """Model shapes (KV bytes per token, prefill FLOPs) and GPU compute presets.
 
 :data:`MODELS` holds every row of docs/specs/engines.md §8.2 (values from the models' public
-``config.json``; ``n_params`` / ``n_active_params`` from the model cards). :data:`GPU_FLOPS` maps
+``config.json``; ``num_params`` / ``num_active_params`` from the model cards). :data:`GPU_FLOPS` maps
 a GPU name to its dense BF16 FLOP/s. Both feed :mod:`kvlab.tiers.cost` (load vs recompute).
 
 KV bytes per token (engines.md §8.2), BF16 = 2 bytes per element:
@@ -27,8 +27,8 @@ class ModelSpec:
     """Shape of one transformer as far as the KV cache and prefill cost are concerned.
 
     Fields (keyword-only): ``name``; ``layers``, ``kv_heads``, ``q_heads`` (query/attention
-    heads), ``head_dim``, ``hidden_size`` (ints ≥ 1); ``n_params`` (total parameters, > 0);
-    ``n_active_params`` (parameters used per token — MoE; ``None`` → ``n_params``);
+    heads), ``head_dim``, ``hidden_size`` (ints ≥ 1); ``num_params`` (total parameters, > 0);
+    ``num_active_params`` (parameters used per token — MoE; ``None`` → ``num_params``);
     ``bytes_per_elem`` (int ≥ 1, 2 for BF16/FP16, 1 for FP8); ``kv_lora_rank`` and
     ``rope_dim`` (MLA, both given or neither); ``note``.
 
@@ -37,7 +37,7 @@ class ModelSpec:
     the field and the value on bad input.
 
     >>> m = ModelSpec(name="tiny", layers=2, kv_heads=2, q_heads=4, head_dim=8, hidden_size=32,
-    ...               n_params=1e6)
+    ...               num_params=1e6)
     >>> m.kv_bytes_per_token                      # 2 × 2 layers × 2 heads × 8 × 2 bytes
     128
     >>> m.kv_bytes_per_block(16), m.blocks_for_bytes(10_000, 16), m.tokens_for_bytes(10_000, 16)
@@ -54,8 +54,8 @@ class ModelSpec:
     q_heads: int
     head_dim: int
     hidden_size: int
-    n_params: float
-    n_active_params: float | None = None
+    num_params: float
+    num_active_params: float | None = None
     bytes_per_elem: int = 2
     kv_lora_rank: int | None = None
     rope_dim: int | None = None
@@ -68,12 +68,13 @@ class ModelSpec:
             _check_int(field, getattr(self, field), minimum=1)
         if self.q_heads % self.kv_heads:
             raise ValueError(f"q_heads must be a multiple of kv_heads={self.kv_heads}, got {self.q_heads!r}")
-        _check_real("n_params", self.n_params, positive=True)
-        if self.n_active_params is None:
-            object.__setattr__(self, "n_active_params", self.n_params)
-        _check_real("n_active_params", self.n_active_params, positive=True)
-        if self.n_active_params > self.n_params:
-            raise ValueError(f"n_active_params must be <= n_params={self.n_params}, got {self.n_active_params!r}")
+        _check_real("num_params", self.num_params, positive=True)
+        if self.num_active_params is None:
+            object.__setattr__(self, "num_active_params", self.num_params)
+        _check_real("num_active_params", self.num_active_params, positive=True)
+        if self.num_active_params > self.num_params:
+            raise ValueError(f"num_active_params must be <= num_params={self.num_params}, "
+                             f"got {self.num_active_params!r}")
         if (self.kv_lora_rank is None) != (self.rope_dim is None):
             raise ValueError(f"kv_lora_rank and rope_dim must be given together, got kv_lora_rank="
                              f"{self.kv_lora_rank!r}, rope_dim={self.rope_dim!r}")
@@ -125,34 +126,35 @@ class ModelSpec:
         """
         return self.blocks_for_bytes(capacity_bytes, block_size) * block_size
 
-    def prefill_flops(self, n_tokens: int, context_tokens: int = 0) -> float:
-        """Forward FLOPs to prefill ``n_tokens`` new tokens after ``context_tokens`` cached ones.
+    def prefill_flops(self, num_tokens: int, context_tokens: int = 0) -> float:
+        """Forward FLOPs to prefill ``num_tokens`` new tokens after ``context_tokens`` cached ones.
 
-        ``2 · n_active_params · n_tokens`` (the usual "2N per token" rule for the weight matmuls,
+        ``2 · num_active_params · num_tokens`` (the usual "2N per token" rule for the weight matmuls,
         Kaplan et al. 2020, Scaling Laws, Table 1) plus the attention over the causal context,
-        ``2 · 2 · layers · attention_dim · (context_tokens + n_tokens / 2)`` per token (QKᵀ and
+        ``2 · 2 · layers · attention_dim · (context_tokens + num_tokens / 2)`` per token (QKᵀ and
         AV, 2 FLOPs per multiply-add; the accounting PaLM (Chowdhery et al. 2022, App. B) uses —
         Kaplan counts only QKᵀ). Embeddings count as parameters; MLA is approximated with its
         decompressed heads. Raises ``ValueError`` for negative or non-int token counts.
         """
-        _check_int("n_tokens", n_tokens)
+        _check_int("num_tokens", num_tokens)
         _check_int("context_tokens", context_tokens)
-        dense = 2.0 * self.n_active_params * n_tokens
+        dense = 2.0 * self.num_active_params * num_tokens
         # sum over new tokens i of (context + i) ≈ n·context + n²/2, kept exact in integers.
-        attention = 2 * self.layers * self.attention_dim * n_tokens * (2 * context_tokens + n_tokens)
+        attention = 2 * self.layers * self.attention_dim * num_tokens * (2 * context_tokens + num_tokens)
         return dense + float(attention)
 
 
-def _m(name: str, layers: int, kv_heads: int, head_dim: int, q_heads: int, hidden_size: int, n_params: float,
-       n_active_params: float | None = None, note: str = "", **mla: int) -> ModelSpec:
+def _m(name: str, layers: int, kv_heads: int, head_dim: int, q_heads: int, hidden_size: int, num_params: float,
+       num_active_params: float | None = None, note: str = "", **mla: int) -> ModelSpec:
     return ModelSpec(name=name, layers=layers, kv_heads=kv_heads, head_dim=head_dim, q_heads=q_heads,
-                     hidden_size=hidden_size, n_params=n_params, n_active_params=n_active_params, note=note, **mla)
+                     hidden_size=hidden_size, num_params=num_params, num_active_params=num_active_params, note=note,
+                     **mla)
 
 
 MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
-        #  name               layers kv  hdim  q    hidden  n_params  active   (engines.md §8.2 rows)
+        #  name               layers kv  hdim  q    hidden  num_params  active   (engines.md §8.2 rows)
         _m("Llama-3.2-1B", 16, 8, 64, 32, 2048, 1.24e9),
         _m("Llama-3.2-3B", 28, 8, 128, 24, 3072, 3.21e9),
         _m("Llama-3-8B", 32, 8, 128, 32, 4096, 8.03e9),

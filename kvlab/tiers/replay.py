@@ -115,7 +115,7 @@ def _probe() -> FlatTrace:
 
 
 class TieredRun(NamedTuple):
-    """Raw output of :func:`run_tiered`: ``hit_blocks`` (``[n_requests, T]``, the
+    """Raw output of :func:`run_tiered`: ``hit_blocks`` (``[num_requests, T]``, the
     narrowest unsigned type holding the longest request), the resident blocks per tier
     logged where they change (``used_log``: rows of the request, then one column per tier),
     the counters (``int64[T, len(COUNTERS)]``, columns
@@ -143,27 +143,27 @@ def run_tiered(flat: FlatTrace, tiers: Sequence[TierSpec], *, write_policy: str 
         >>> run.hit_blocks.tolist(), run.used_log.tolist()
         ([[0, 0], [2, 1]], [[0, 2, 1]])
     """
-    n_requests, n_tiers, n_keys = flat.n_requests, len(tiers), flat.n_keys
+    num_requests, num_tiers, num_keys = flat.num_requests, len(tiers), flat.num_keys
     longest = max_request_blocks(flat.offsets)
-    hits = np.zeros((n_requests, n_tiers), dtype=np.min_scalar_type(longest) if longest else np.uint8)
+    hits = np.zeros((num_requests, num_tiers), dtype=np.min_scalar_type(longest) if longest else np.uint8)
     # the log of the resident blocks: only the rows written are ever touched (np.empty)
-    used_log = np.empty((n_requests, n_tiers + 1), dtype=np.int32 if n_requests < 2**31 else np.int64)
-    n_logged = np.zeros(1, dtype=np.int64)
-    capacity = np.array([n_keys if s.capacity_blocks is None else min(s.capacity_blocks, n_keys) for s in tiers],
+    used_log = np.empty((num_requests, num_tiers + 1), dtype=np.int32 if num_requests < 2**31 else np.int64)
+    num_logged = np.zeros(1, dtype=np.int64)
+    capacity = np.array([num_keys if s.capacity_blocks is None else min(s.capacity_blocks, num_keys) for s in tiers],
                         dtype=np.int64)
     states = tuple(get_policy(s.policy or "lru").make_state(flat, int(c)) for s, c in zip(tiers, capacity))
     evicts = np.array([s.policy is not None for s in tiers], dtype=np.bool_)
-    used = np.zeros(n_tiers, dtype=np.int64)
-    where, uses = np.zeros(n_keys, dtype=np.uint8), np.zeros(n_keys, dtype=np.int32)
-    counters = np.zeros((n_tiers, len(COUNTERS)), dtype=np.int64)
-    split = min(max(int(split), 0), n_requests)
+    used = np.zeros(num_tiers, dtype=np.int64)
+    where, uses = np.zeros(num_keys, dtype=np.uint8), np.zeros(num_keys, dtype=np.int32)
+    counters = np.zeros((num_tiers, len(COUNTERS)), dtype=np.int64)
+    split = min(max(int(split), 0), num_requests)
     args = (touch_order == "head_most_recent", WRITE_POLICIES.index(write_policy), bool(promote),
             min(int(selective_hits), 2**31 - 1), states, where, capacity, evicts, used, uses, counters, hits,
-            used_log, n_logged, np.zeros(n_tiers + 1, dtype=np.int64))
+            used_log, num_logged, np.zeros(num_tiers + 1, dtype=np.int64))
     tiered_replay_range(flat.offsets, flat.block_ids, 0, split, *args)
     at_split = counters.copy()
-    tiered_replay_range(flat.offsets, flat.block_ids, split, n_requests, *args)
-    return TieredRun(hits, used_log[:n_logged[0]], counters, at_split)
+    tiered_replay_range(flat.offsets, flat.block_ids, split, num_requests, *args)
+    return TieredRun(hits, used_log[:num_logged[0]], counters, at_split)
 
 
 def _run_reference(trace: Trace, config: TieredConfig,
@@ -173,9 +173,9 @@ def _run_reference(trace: Trace, config: TieredConfig,
     store = TieredStore(config.tiers, write_policy=config.write_policy, promote=config.promote,
                         selective_hits=config.selective_hits, walk=config.walk)
     keys = trace.frame["block_keys"].to_list()
-    n, n_tiers = len(keys), len(store.tiers)
-    hits = np.zeros((n, n_tiers), dtype=np.int32)
-    used = np.zeros((n, n_tiers), dtype=np.int64)
+    n, num_tiers = len(keys), len(store.tiers)
+    hits = np.zeros((n, num_tiers), dtype=np.int32)
+    used = np.zeros((n, num_tiers), dtype=np.int64)
     at_split = store.counters()
     for r, request in enumerate(keys):
         if r == skip:

@@ -123,7 +123,7 @@ class TieredReplayResult(RunResult):
 
 def used_log_of(used: np.ndarray) -> np.ndarray:
     """The log of resident blocks per tier (rows: the request where they changed, then one
-    column per tier) from their values after every request (``[n_requests, T]``), as the
+    column per tier) from their values after every request (``[num_requests, T]``), as the
     driver logs them.
 
     Example:
@@ -138,16 +138,16 @@ def used_log_of(used: np.ndarray) -> np.ndarray:
 
 def build_result(trace: Trace, config: TieredConfig, engine: str, hit_blocks: np.ndarray, used_log: np.ndarray,
                  counters: list[TierCounters], skip: int) -> TieredReplayResult:
-    """The frames and summary from the hit blocks per request and tier (``[n_requests, T]``),
+    """The frames and summary from the hit blocks per request and tier (``[num_requests, T]``),
     the log of the resident blocks (:func:`used_log_of`) and the counters per tier over the
     measured requests (from request ``skip`` on)."""
     flat, specs = trace.flat, config.tiers
-    n_tiers, n = len(specs), flat.n_requests
-    hits, used = np.empty((n_tiers, n), dtype=np.uint32), np.empty((n_tiers, n), dtype=np.uint32)
+    num_tiers, n = len(specs), flat.num_requests
+    hits, used = np.empty((num_tiers, n), dtype=np.uint32), np.empty((num_tiers, n), dtype=np.uint32)
     total, hit_tokens, computed = (np.empty(n, dtype=np.uint32) for _ in range(3))
-    tier_hits = np.zeros(n_tiers, dtype=np.int64)
-    log = used_log if used_log.shape[0] else np.zeros((1, n_tiers + 1), dtype=np.int64)
-    hit_sum, token_sum, n_inputs = (int(x) for x in request_columns(
+    tier_hits = np.zeros(num_tiers, dtype=np.int64)
+    log = used_log if used_log.shape[0] else np.zeros((1, num_tiers + 1), dtype=np.int64)
+    hit_sum, token_sum, num_inputs = (int(x) for x in request_columns(
         flat.offsets, flat.input_tokens, flat.block_size, skip, hit_blocks, log, hits, used, total, hit_tokens,
         computed, tier_hits))
     columns = {
@@ -165,26 +165,41 @@ def build_result(trace: Trace, config: TieredConfig, engine: str, hit_blocks: np
     summary = TieredSummary(
         source=trace.source, config=config, engine=engine, requests=n - skip, warmup_requests=skip,
         block_refs=refs, hit_blocks=hit_sum, block_hit_ratio=hit_sum / refs if refs else 0.0,
-        input_tokens=n_inputs, hit_tokens=token_sum, token_hit_ratio=token_sum / n_inputs if n_inputs else 0.0,
+        input_tokens=num_inputs, hit_tokens=token_sum, token_hit_ratio=token_sum / num_inputs if num_inputs else 0.0,
         tier_hit_blocks={s.name: int(tier_hits[t]) for t, s in enumerate(specs)},
         tiers=tuple(TierSummary(s.name, s.capacity_blocks, s.policy, c) for s, c in zip(specs, counters)),
     )
-    return TieredReplayResult(pl.DataFrame(columns), _timeline(trace, config, used_log), summary, config)
+    return TieredReplayResult(pl.DataFrame(columns), _timeline(trace, config, used_log, hits, total), summary, config)
 
 
-def _timeline(trace: Trace, config: TieredConfig, used_log: np.ndarray) -> pl.DataFrame:
-    """``used_blocks`` per tier at the changes, the requests before them and the last request."""
+def _timeline(trace: Trace, config: TieredConfig, used_log: np.ndarray, hits: np.ndarray,
+              total: np.ndarray) -> pl.DataFrame:
+    """Per tier: ``hit_blocks`` at every request (``hits``: ``[num_tiers, num_requests]``),
+    ``used_blocks`` at the changes, the requests before them and the last request, and
+    ``capacity_blocks`` (bounded tiers) at the first and last request; ``miss_blocks`` (the
+    blocks no tier served, ``total`` the hits over all tiers) under the first tier."""
     n = len(trace)
     if n == 0:
         return timeline_frame([], [], "", {})
+    arrival = trace.frame["arrival_s"].to_numpy()
+    every = np.arange(n)
     changes = used_log[:, 0].astype(np.int64)
     pairs = np.column_stack((np.concatenate([changes[:1], changes[1:] - 1]), changes)).ravel()  # sorted
     steps = np.append(pairs, n - 1)
     steps = steps[np.concatenate([[True], np.diff(steps) > 0])]
     rows = np.searchsorted(changes, steps, side="right") - 1
-    time_s = trace.frame["arrival_s"].to_numpy()[steps]
-    return pl.concat([timeline_frame(steps, time_s, spec.name, {"used_blocks": used_log[rows, t + 1]})
-                      for t, spec in enumerate(config.tiers)])
+    ends = np.unique([0, n - 1])
+    frames = []
+    for t, spec in enumerate(config.tiers):
+        frames.append(timeline_frame(every, arrival, spec.name, {"hit_blocks": hits[t]}))
+        if t == 0:
+            blocks = trace.flat.blocks_per_request().astype(np.int64)
+            frames.append(timeline_frame(every, arrival, spec.name, {"miss_blocks": blocks - total}))
+        frames.append(timeline_frame(steps, arrival[steps], spec.name, {"used_blocks": used_log[rows, t + 1]}))
+        if spec.capacity_blocks is not None:
+            frames.append(timeline_frame(ends, arrival[ends], spec.name,
+                                         {"capacity_blocks": np.full(ends.shape, spec.capacity_blocks)}))
+    return pl.concat(frames)
 
 
 def counters_of(values: dict[str, np.ndarray]) -> list[TierCounters]:
@@ -195,6 +210,6 @@ def counters_of(values: dict[str, np.ndarray]) -> list[TierCounters]:
         >>> counters_of({"hit_blocks": np.array([3, 1])})[1].hit_blocks
         1
     """
-    n_tiers = len(next(iter(values.values())))
+    num_tiers = len(next(iter(values.values())))
     return [TierCounters(**{f.name: int(values[f.name][t]) for f in fields(TierCounters) if f.name in values})
-            for t in range(n_tiers)]
+            for t in range(num_tiers)]

@@ -161,9 +161,9 @@ class TieredConfig:
         object.__setattr__(self, "warmup_fraction", w)
         check_choice("engine", self.engine, ENGINES)
 
-    def warmup_requests(self, n_requests: int) -> int:
+    def warmup_requests(self, num_requests: int) -> int:
         """Number of leading requests excluded from the statistics."""
-        return math.floor(self.warmup_fraction * n_requests)
+        return math.floor(self.warmup_fraction * num_requests)
 
 
 @dataclass(frozen=True)
@@ -179,9 +179,9 @@ class LookupResult:
     hit_blocks: int
     tiers: tuple[int, ...]
 
-    def blocks_per_tier(self, n_tiers: int) -> list[int]:
+    def blocks_per_tier(self, num_tiers: int) -> list[int]:
         """Hit blocks served by each tier, in tier order."""
-        counts = [0] * n_tiers
+        counts = [0] * num_tiers
         for t in self.tiers:
             counts[t] += 1
         return counts

@@ -62,7 +62,7 @@ def trace_from_token_ids(frame: pl.DataFrame, hasher: BlockHasher, *, source: st
             row_keys = hasher.block_keys(np.asarray(tokens, dtype=np.int64), extras)
         except ValueError as err:
             raise ValueError(f"row {row}: {err}") from None
-        expected = hasher.n_hashed_blocks(len(tokens))
+        expected = hasher.num_hashed_blocks(len(tokens))
         full, rest = divmod(len(tokens), hasher.block_size)
         if expected not in (full, full + (rest > 0)):
             raise ValueError(f"{hasher!r} hashes {expected} blocks of a {len(tokens)}-token prompt (row {row}); a "

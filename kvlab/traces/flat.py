@@ -18,10 +18,10 @@ class FlatTrace:
     ordered, dense id == ``hash_id``).
 
     Attributes:
-        offsets: ``int64[n_requests + 1]``, CSR row pointers.
-        block_ids: ``int32[n_refs]``, dense block id of every block reference.
-        keys: ``uint64[n_keys]``, the original block key of each dense id.
-        input_tokens: ``int64[n_requests]``, prompt length of each request in tokens.
+        offsets: ``int64[num_requests + 1]``, CSR row pointers.
+        block_ids: ``int32[num_refs]``, dense block id of every block reference.
+        keys: ``uint64[num_keys]``, the original block key of each dense id.
+        input_tokens: ``int64[num_requests]``, prompt length of each request in tokens.
         block_size: tokens per block.
 
     Example:
@@ -39,26 +39,26 @@ class FlatTrace:
     block_size: int
 
     @property
-    def n_requests(self) -> int:
+    def num_requests(self) -> int:
         """Number of requests."""
         return int(self.offsets.shape[0] - 1)
 
     @property
-    def n_refs(self) -> int:
+    def num_refs(self) -> int:
         """Number of block references (sum of blocks over requests)."""
         return int(self.block_ids.shape[0])
 
     @property
-    def n_keys(self) -> int:
+    def num_keys(self) -> int:
         """Number of distinct block keys."""
         return int(self.keys.shape[0])
 
     def blocks_per_request(self) -> np.ndarray:
-        """``int64[n_requests]``: number of blocks of each request."""
+        """``int64[num_requests]``: number of blocks of each request."""
         return np.diff(self.offsets)
 
     def parent_ids(self) -> np.ndarray:
-        """``int64[n_keys]``: the dense id of each key's parent block (the block before
+        """``int64[num_keys]``: the dense id of each key's parent block (the block before
         it where the key first appears), ``-1`` for a first block.
 
         Under chained keys a key always has the same parent
@@ -70,7 +70,7 @@ class FlatTrace:
             >>> flatten_block_keys(keys, pl.Series([20, 40]), block_size=16).parent_ids().tolist()
             [-1, 0, 0, 2]
         """
-        starts = np.zeros(self.n_refs, dtype=np.bool_)
+        starts = np.zeros(self.num_refs, dtype=np.bool_)
         starts[self.offsets[:-1][self.blocks_per_request() > 0]] = True
         parent_of_ref = np.where(starts, -1, np.roll(self.block_ids, 1).astype(np.int64))
         # dense ids follow first appearance: a reference is a key's first iff its id
@@ -78,7 +78,7 @@ class FlatTrace:
         ids = self.block_ids.astype(np.int64)
         seen_max = np.concatenate([[-1], np.maximum.accumulate(ids)[:-1]]) if ids.size else ids
         first = ids > seen_max
-        parents = np.empty(self.n_keys, dtype=np.int64)
+        parents = np.empty(self.num_keys, dtype=np.int64)
         parents[ids[first]] = parent_of_ref[first]
         return parents
 

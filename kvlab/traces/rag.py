@@ -19,7 +19,7 @@ ORDERS = {"sorted": 0.0, "shuffled": 1.0}
 POPULARITIES = ("uniform", "zipf")
 
 
-def rag(n_requests: int, *, num_documents: int = 10, document_tokens: int = 16384, system_prompt_tokens: int = 1024,
+def rag(num_requests: int, *, num_documents: int = 10, document_tokens: int = 16384, system_prompt_tokens: int = 1024,
         docs_per_request: int = 4, order: str | float = "sorted", popularity: str = "uniform",
         zipf_alpha: float = 1.0, output_tokens: int = 128, request_rate_per_s: float = 1.0,
         block_size: int | None = None, hasher: BlockHasher | None = None,
@@ -46,7 +46,7 @@ def rag(n_requests: int, *, num_documents: int = 10, document_tokens: int = 1638
     for vLLM's exact ids (slower: SHA-256 per block).
 
     Args:
-        n_requests: number of requests (≥ 1; Opal's ``total_requests``).
+        num_requests: number of requests (≥ 1; Opal's ``total_requests``).
         num_documents: corpus size (≥ 1).
         document_tokens: tokens per document (≥ 1).
         system_prompt_tokens: tokens of the shared system prompt (≥ 0).
@@ -78,7 +78,7 @@ def rag(n_requests: int, *, num_documents: int = 10, document_tokens: int = 1638
         >>> len(trace), trace.frame["document_ids"].list.len().to_list()
         (3, [4, 4, 4])
     """
-    for name, value in (("n_requests", n_requests), ("num_documents", num_documents),
+    for name, value in (("num_requests", num_requests), ("num_documents", num_documents),
                         ("document_tokens", document_tokens), ("docs_per_request", docs_per_request)):
         check_positive(name, value)
     check_count("system_prompt_tokens", system_prompt_tokens)
@@ -96,9 +96,9 @@ def rag(n_requests: int, *, num_documents: int = 10, document_tokens: int = 1638
     hasher = _resolve_hasher(block_size, hasher)
     rng = rng_from_seed("seed", seed)
 
-    docs = _pick_documents(rng, n_requests, num_documents, docs_per_request,
+    docs = _pick_documents(rng, num_requests, num_documents, docs_per_request,
                            zipf_alpha if popularity == "zipf" else 0.0)
-    shuffled = rng.random(n_requests) < shuffle_p
+    shuffled = rng.random(num_requests) < shuffle_p
     if shuffled.any():
         docs[shuffled] = rng.permuted(docs[shuffled], axis=1)
 
@@ -113,16 +113,16 @@ def rag(n_requests: int, *, num_documents: int = 10, document_tokens: int = 1638
     prompts = [np.concatenate([system_ids, (doc_start[row][:, None] + doc_offsets).ravel()]) for row in docs]
     keys = [hasher.block_keys(tokens) for tokens in prompts]
     frame = pl.DataFrame({
-        "request_id": np.arange(n_requests, dtype=np.uint64),
-        "arrival_s": np.arange(n_requests, dtype=np.float64) / request_rate_per_s,
-        "input_tokens": np.full(n_requests, system_prompt_tokens + docs_per_request * document_tokens, np.uint32),
-        "output_tokens": np.full(n_requests, output_tokens, dtype=np.uint32),
+        "request_id": np.arange(num_requests, dtype=np.uint64),
+        "arrival_s": np.arange(num_requests, dtype=np.float64) / request_rate_per_s,
+        "input_tokens": np.full(num_requests, system_prompt_tokens + docs_per_request * document_tokens, np.uint32),
+        "output_tokens": np.full(num_requests, output_tokens, dtype=np.uint32),
         "block_keys": list_series(keys),
         "token_ids": list_series(prompts, pl.UInt32),
         "document_ids": list_series(list(docs), pl.UInt32),
     })
     seed_repr = "Generator" if isinstance(seed, np.random.Generator) else seed
-    source = (f"rag(n_requests={n_requests}, num_documents={num_documents}, document_tokens={document_tokens}, "
+    source = (f"rag(num_requests={num_requests}, num_documents={num_documents}, document_tokens={document_tokens}, "
               f"system_prompt_tokens={system_prompt_tokens}, docs_per_request={docs_per_request}, order={order!r}, "
               f"popularity={popularity!r}, zipf_alpha={zipf_alpha}, seed={seed_repr}) | {hasher!r}")
     return Trace(frame, block_size=hasher.block_size, source=source, partial_block_keyed=hasher.hashes_partial_tail)
@@ -151,15 +151,15 @@ def _resolve_hasher(block_size: object, hasher: object) -> BlockHasher:
     return hasher
 
 
-def _pick_documents(rng: np.random.Generator, n_requests: int, num_documents: int, k: int,
+def _pick_documents(rng: np.random.Generator, num_requests: int, num_documents: int, k: int,
                     alpha: float) -> np.ndarray:
-    """``int64[n_requests, k]``: distinct documents per row, sorted by index (O29).
+    """``int64[num_requests, k]``: distinct documents per row, sorted by index (O29).
 
     Gumbel-top-k: the ``k`` largest of ``log w_d + Gumbel`` are ``k`` successive draws without
     replacement with probabilities ∝ ``w_d = 1 / (d + 1) ** alpha`` (uniform for ``alpha = 0``).
     """
     log_w = -alpha * np.log(np.arange(1, num_documents + 1, dtype=np.float64))
-    scores = log_w + rng.gumbel(size=(n_requests, num_documents))
+    scores = log_w + rng.gumbel(size=(num_requests, num_documents))
     top = np.argpartition(-scores, k - 1, axis=1)[:, :k] if k < num_documents else \
-        np.broadcast_to(np.arange(num_documents), (n_requests, num_documents))
+        np.broadcast_to(np.arange(num_documents), (num_requests, num_documents))
     return np.sort(top, axis=1).astype(np.int64)

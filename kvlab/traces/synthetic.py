@@ -22,7 +22,7 @@ class ChatWorkload:
     next turn follows its previous one after an exponential think time.
 
     Attributes:
-        n_sessions: number of sessions (≥ 1).
+        num_sessions: number of sessions (≥ 1).
         mean_turns: mean turns per session (geometric, ≥ 1 turn).
         system_prompt_tokens: shared system prompt length, tokens (≥ 0).
         user_tokens_mean: mean user message length, tokens (log-normal, σ = 1).
@@ -36,12 +36,12 @@ class ChatWorkload:
         ValueError: a field out of range (names the field and value).
 
     Example:
-        >>> workload = ChatWorkload(n_sessions=3, mean_turns=2.0, block_size=16)
+        >>> workload = ChatWorkload(num_sessions=3, mean_turns=2.0, block_size=16)
         >>> workload.system_prompt_tokens
         2048
     """
 
-    n_sessions: int = 200
+    num_sessions: int = 200
     mean_turns: float = 4.0
     system_prompt_tokens: int = 2048
     user_tokens_mean: float = 300.0
@@ -52,7 +52,7 @@ class ChatWorkload:
     block_size: int = 512
 
     def __post_init__(self) -> None:
-        for name in ("n_sessions", "max_input_tokens", "block_size"):
+        for name in ("num_sessions", "max_input_tokens", "block_size"):
             check_positive(name, getattr(self, name))
         check_count("system_prompt_tokens", self.system_prompt_tokens)
         for name in ("user_tokens_mean", "output_tokens_mean", "session_rate_per_s", "think_time_mean_s"):
@@ -85,7 +85,7 @@ def chat_sessions(workload: ChatWorkload | None = None, *, seed: int | np.random
             session's first prompt fits in ``max_input_tokens``.
 
     Example:
-        >>> trace = chat_sessions(ChatWorkload(n_sessions=5, block_size=64), seed=1)
+        >>> trace = chat_sessions(ChatWorkload(num_sessions=5, block_size=64), seed=1)
         >>> trace.check_chained().height, trace.frame["session_id"].n_unique()
         (0, 5)
     """
@@ -93,30 +93,30 @@ def chat_sessions(workload: ChatWorkload | None = None, *, seed: int | np.random
     if not isinstance(wl, ChatWorkload):
         raise ValueError(f"workload must be a ChatWorkload or None, got {workload!r}")
     rng = rng_from_seed("seed", seed)
-    turns = rng.geometric(1.0 / wl.mean_turns, size=wl.n_sessions)
-    n_turns = int(turns.sum())
-    starts = np.cumsum(rng.exponential(1.0 / wl.session_rate_per_s, size=wl.n_sessions)) - 0.0
+    turns = rng.geometric(1.0 / wl.mean_turns, size=wl.num_sessions)
+    num_turns = int(turns.sum())
+    starts = np.cumsum(rng.exponential(1.0 / wl.session_rate_per_s, size=wl.num_sessions)) - 0.0
     starts -= starts[0]
-    user = _lognormal_tokens(rng, wl.user_tokens_mean, n_turns)
-    output = _lognormal_tokens(rng, wl.output_tokens_mean, n_turns)
-    think = rng.exponential(wl.think_time_mean_s, size=n_turns)
+    user = _lognormal_tokens(rng, wl.user_tokens_mean, num_turns)
+    output = _lognormal_tokens(rng, wl.output_tokens_mean, num_turns)
+    think = rng.exponential(wl.think_time_mean_s, size=num_turns)
 
     bs = wl.block_size
     system_keys = np.arange(wl.system_prompt_tokens // bs, dtype=np.uint64)
     next_key = system_keys.shape[0]
     rows: dict[str, list] = {"arrival_s": [], "input_tokens": [], "output_tokens": [], "session_id": [], "keys": []}
     t = 0
-    for session in range(wl.n_sessions):
+    for session in range(wl.num_sessions):
         full_keys, context, arrival = system_keys, wl.system_prompt_tokens, float(starts[session])
         for turn in range(int(turns[session])):
             prompt = context + int(user[t + turn])
             if prompt > wl.max_input_tokens:
                 break
-            n_blocks = -(-prompt // bs)
-            n_known = min(full_keys.shape[0], n_blocks)
-            fresh = np.arange(next_key, next_key + n_blocks - n_known, dtype=np.uint64)
+            num_blocks = -(-prompt // bs)
+            num_known = min(full_keys.shape[0], num_blocks)
+            fresh = np.arange(next_key, next_key + num_blocks - num_known, dtype=np.uint64)
             next_key += fresh.shape[0]
-            keys = np.concatenate([full_keys[:n_known], fresh])
+            keys = np.concatenate([full_keys[:num_known], fresh])
             rows["arrival_s"].append(arrival)
             rows["input_tokens"].append(prompt)
             rows["output_tokens"].append(int(output[t + turn]))
@@ -151,7 +151,7 @@ def _lognormal_tokens(rng: np.random.Generator, mean: float, size: int) -> np.nd
     return np.maximum(1, np.rint(rng.lognormal(mu, sigma, size=size))).astype(np.int64)
 
 
-def zipf_objects(n_requests: int, n_objects: int, alpha: float = 1.0, *, seed: int | np.random.Generator = 0,
+def zipf_objects(num_requests: int, num_objects: int, alpha: float = 1.0, *, seed: int | np.random.Generator = 0,
                  rate_per_s: float = 1000.0) -> Trace:
     """A classic object-cache workload: each request asks for one object, drawn from a
     bounded Zipf distribution (probability of rank ``k`` ∝ ``1 / k**alpha``).
@@ -162,8 +162,8 @@ def zipf_objects(n_requests: int, n_objects: int, alpha: float = 1.0, *, seed: i
     permutation, so popularity is not ordered by id.
 
     Args:
-        n_requests: number of requests (≥ 1).
-        n_objects: number of distinct objects (≥ 1).
+        num_requests: number of requests (≥ 1).
+        num_objects: number of distinct objects (≥ 1).
         alpha: Zipf exponent (≥ 0; 0 = uniform).
         seed: integer seed or ``numpy.random.Generator``.
         rate_per_s: arrival rate (requests evenly spaced), for the timeline.
@@ -179,22 +179,22 @@ def zipf_objects(n_requests: int, n_objects: int, alpha: float = 1.0, *, seed: i
         >>> len(trace), trace.block_size, trace.distinct_blocks <= 50
         (1000, 1, True)
     """
-    check_positive("n_requests", n_requests)
-    check_positive("n_objects", n_objects)
+    check_positive("num_requests", num_requests)
+    check_positive("num_objects", num_objects)
     check_real("alpha", alpha, low=0.0)
     check_real("rate_per_s", rate_per_s, low=0.0, low_open=True)
     rng = rng_from_seed("seed", seed)
-    weights = 1.0 / np.arange(1, n_objects + 1, dtype=np.float64) ** alpha
+    weights = 1.0 / np.arange(1, num_objects + 1, dtype=np.float64) ** alpha
     cdf = np.cumsum(weights)
-    ranks = np.searchsorted(cdf, rng.random(n_requests) * cdf[-1], side="right")
-    objects = rng.permutation(n_objects).astype(np.uint64)[np.minimum(ranks, n_objects - 1)]
+    ranks = np.searchsorted(cdf, rng.random(num_requests) * cdf[-1], side="right")
+    objects = rng.permutation(num_objects).astype(np.uint64)[np.minimum(ranks, num_objects - 1)]
     frame = pl.DataFrame({
-        "request_id": np.arange(n_requests, dtype=np.uint64),
-        "arrival_s": np.arange(n_requests, dtype=np.float64) / rate_per_s,
-        "input_tokens": np.ones(n_requests, dtype=np.uint32),
-        "output_tokens": np.zeros(n_requests, dtype=np.uint32),
-        "block_keys": pl.Series(objects).reshape((n_requests, 1)).cast(pl.List(pl.UInt64)),
+        "request_id": np.arange(num_requests, dtype=np.uint64),
+        "arrival_s": np.arange(num_requests, dtype=np.float64) / rate_per_s,
+        "input_tokens": np.ones(num_requests, dtype=np.uint32),
+        "output_tokens": np.zeros(num_requests, dtype=np.uint32),
+        "block_keys": pl.Series(objects).reshape((num_requests, 1)).cast(pl.List(pl.UInt64)),
     })
     seed_repr = "Generator" if isinstance(seed, np.random.Generator) else seed
-    return Trace(frame, block_size=1, source=f"zipf_objects(n_requests={n_requests}, n_objects={n_objects}, "
+    return Trace(frame, block_size=1, source=f"zipf_objects(num_requests={num_requests}, num_objects={num_objects}, "
                                              f"alpha={alpha}, seed={seed_repr})")

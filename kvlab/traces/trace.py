@@ -134,12 +134,12 @@ class Trace:
     @property
     def block_refs(self) -> int:
         """Total block references (sum over requests of their block count)."""
-        return self.flat.n_refs
+        return self.flat.num_refs
 
     @property
     def distinct_blocks(self) -> int:
         """Number of distinct block keys (the working set of an infinite cache)."""
-        return self.flat.n_keys
+        return self.flat.num_keys
 
     @cached_property
     def flat(self) -> FlatTrace:

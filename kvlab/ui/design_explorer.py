@@ -25,6 +25,7 @@ from kvlab.tiers.replay import replay_tiered
 from kvlab.tiers.result import TieredReplayResult
 from kvlab.tiers.types import WRITE_POLICIES, TierSpec, tier_policies
 from kvlab.traces import Trace
+from kvlab.viz.run_charts import tier_breakdown_chart
 
 #: The tiers the explorer offers, fastest first: (name, device, link to the GPU, default GiB).
 TIER_DEVICES: tuple[tuple[str, str, str | None, float], ...] = (
@@ -85,7 +86,7 @@ class DesignExplorer:
         self.chunk = widgets.Dropdown(options=[(f"{trace.block_size * k:,} tokens", k) for k in (1, 2, 4, 8)],
                                       value=1, description="chunk")
         self.model = widgets.Dropdown(options=list(MODELS), value=get_model(model).name, description="model")
-        self.n_tiers = widgets.IntSlider(value=2, min=1, max=len(TIER_DEVICES), description="tiers")
+        self.num_tiers = widgets.IntSlider(value=2, min=1, max=len(TIER_DEVICES), description="tiers")
         self.capacity_gib = [widgets.FloatLogSlider(value=gib, base=2, min=-4, max=14, step=0.5, description=name,
                                                     continuous_update=False, readout_format=".3g")
                              for name, _, _, gib in TIER_DEVICES]
@@ -99,9 +100,9 @@ class DesignExplorer:
         self.chart = alt.JupyterChart(self.make_chart(self.result))
         self._show_summary()
         rows = [widgets.HBox([c, p]) for c, p in zip(self.capacity_gib, self.policy)]
-        self.ui = widgets.VBox([widgets.HBox([self.chunk, self.model, self.n_tiers]), *rows,
+        self.ui = widgets.VBox([widgets.HBox([self.chunk, self.model, self.num_tiers]), *rows,
                                 widgets.HBox([self.write_policy, self.promote]), self.summary, self.chart])
-        for control in (self.chunk, self.model, self.n_tiers, self.write_policy, self.promote,
+        for control in (self.chunk, self.model, self.num_tiers, self.write_policy, self.promote,
                         *self.capacity_gib, *self.policy):
             control.observe(self._on_change, names="value")
 
@@ -124,7 +125,7 @@ class DesignExplorer:
 
     def capacity_blocks(self) -> list[int]:
         """Each active tier's capacity in blocks (GiB × 2^30 // block bytes)."""
-        return [int(self.capacity_gib[i].value * _GIB) // self.block_bytes for i in range(self.n_tiers.value)]
+        return [int(self.capacity_gib[i].value * _GIB) // self.block_bytes for i in range(self.num_tiers.value)]
 
     def tiers(self) -> list[TierSpec]:
         """The active tiers as :class:`~kvlab.tiers.types.TierSpec`."""
@@ -168,11 +169,11 @@ class DesignExplorer:
         saved = 0.0
         for combo, count in zip(combos.tolist(), counts.tolist()):
             context = 0
-            for i, n_blocks in enumerate(combo):
-                if n_blocks:
+            for i, num_blocks in enumerate(combo):
+                if num_blocks:
                     saved += count * _saved_s(self.model.value, TIER_DEVICES[i][1], TIER_DEVICES[i][2],
-                                              int(n_blocks), self.block_size, context, self.gpu_flops)
-                context += int(n_blocks) * self.block_size
+                                              int(num_blocks), self.block_size, context, self.gpu_flops)
+                context += int(num_blocks) * self.block_size
         return saved
 
     # ------------------------------------------------------------------ display
@@ -180,10 +181,11 @@ class DesignExplorer:
     def make_chart(self, result: TieredReplayResult) -> alt.VConcatChart:
         """Resident GiB per tier over time (dashed: capacities) above the hit breakdown."""
         gib = self.block_bytes / _GIB
-        steps = result.timeline["step"].unique().sort()
+        used = result.timeline.filter(metric="used_blocks")
+        steps = used["step"].unique().sort()
         if steps.len() > CHART_POINTS:  # evenly spaced steps, the first and the last included
             steps = steps.gather(np.unique(np.linspace(0, steps.len() - 1, CHART_POINTS).round().astype(np.int64)))
-        timeline = result.timeline.filter(pl.col("step").is_in(steps.implode())).with_columns(
+        timeline = used.filter(pl.col("step").is_in(steps.implode())).with_columns(
             resident_gib=pl.col("value") * gib)
         caps = pl.DataFrame({"tier": result.tier_names,
                              "capacity_gib": [c * gib for c in self.capacity_blocks()]})
@@ -193,16 +195,11 @@ class DesignExplorer:
             tooltip=["tier:N", "time_s:Q", alt.Tooltip("value:Q", title="blocks"),
                      alt.Tooltip("resident_gib:Q", format=".2f")])
         rules = alt.Chart(caps).mark_rule(strokeDash=[5, 3]).encode(y="capacity_gib:Q", color=color)
-        hits = result.summary.tier_hit_blocks
-        breakdown = pl.DataFrame({"served by": [*hits, "computed"],
-                                  "blocks": [*hits.values(), result.summary.block_refs - result.summary.hit_blocks]})
-        bars = alt.Chart(breakdown).mark_bar().encode(
-            x=alt.X("blocks:Q", title="block references"), y=alt.Y("served by:N", sort=None, title=None),
-            color=alt.Color("served by:N", legend=None), tooltip=["served by:N", "blocks:Q"])
+        bars = tier_breakdown_chart(result)
         title = (f"{self.spec.name}, {self.block_size:,}-token blocks "
                  f"({self.block_bytes / 2**20:,.0f} MiB), {self.write_policy.value}")
         return alt.vconcat(alt.layer(lines, rules).properties(width=560, height=220, title=title),
-                           bars.properties(width=560, height=90))
+                           bars)
 
     def refresh(self) -> None:
         """Recompute now and push the result into the summary and the chart."""
@@ -232,10 +229,10 @@ class DesignExplorer:
 
 
 @functools.lru_cache(maxsize=65536)
-def _saved_s(model: str, device: str, link: str | None, n_blocks: int, block_size: int, context_tokens: int,
+def _saved_s(model: str, device: str, link: str | None, num_blocks: int, block_size: int, context_tokens: int,
              gpu_flops: float) -> float:
-    hit = TierHit(get_device(device), n_blocks, None if link is None else get_device(link))
-    return load_or_recompute(hit.n_blocks, block_size, get_model(model), hit.device, gpu_flops,
+    hit = TierHit(get_device(device), num_blocks, None if link is None else get_device(link))
+    return load_or_recompute(hit.num_blocks, block_size, get_model(model), hit.device, gpu_flops,
                              link=hit.link, context_tokens=context_tokens).saved_s
 
 

@@ -54,7 +54,7 @@ class ReplayPanel:
 
     Example:
         >>> from kvlab.traces import chat_sessions, ChatWorkload
-        >>> panel = ReplayPanel(chat_sessions(ChatWorkload(n_sessions=30, block_size=64)), capacity_blocks=300)
+        >>> panel = ReplayPanel(chat_sessions(ChatWorkload(num_sessions=30, block_size=64)), capacity_blocks=300)
         >>> panel.capacity.value  # 300 is not a 1-2-5 stop: it becomes one
         300
         >>> panel.capacity.value = 500  # as a user moving the slider

@@ -37,7 +37,7 @@ class SavingsPanel:
     both saved fractions (:func:`savings_text`). Display the panel itself, or ``panel.ui``.
 
     Args:
-        n_requests: requests per replay (≥ 1).
+        num_requests: requests per replay (≥ 1).
         docs_per_request: the initial number of documents per request (1 .. ``num_documents``).
         rag_options: the other :func:`kvlab.traces.rag` arguments (``num_documents`` (default 10),
             ``document_tokens``, ``system_prompt_tokens``, ``seed`` ...).
@@ -54,8 +54,8 @@ class SavingsPanel:
         True
     """
 
-    def __init__(self, n_requests: int = 200, *, docs_per_request: int = 4, **rag_options: object) -> None:
-        self.n_requests = check_positive("n_requests", n_requests)
+    def __init__(self, num_requests: int = 200, *, docs_per_request: int = 4, **rag_options: object) -> None:
+        self.num_requests = check_positive("num_requests", num_requests)
         self.rag_options = {"num_documents": 10, **rag_options}
         num_documents = check_positive("num_documents", self.rag_options["num_documents"])
         value = min(check_positive("docs_per_request", docs_per_request), num_documents)
@@ -72,7 +72,7 @@ class SavingsPanel:
 
     def compute(self) -> RunResult:
         """Generate and replay the workload the sliders describe (no widget is changed)."""
-        trace = rag(self.n_requests, docs_per_request=self.docs.value, order=self.shuffle.value, **self.rag_options)
+        trace = rag(self.num_requests, docs_per_request=self.docs.value, order=self.shuffle.value, **self.rag_options)
         return replay_rag(trace)
 
     def refresh(self) -> None:
@@ -87,6 +87,6 @@ class SavingsPanel:
         return self.ui._repr_mimebundle_(**kwargs)
 
 
-def savings_panel(n_requests: int = 200, **rag_options: object) -> SavingsPanel:
+def savings_panel(num_requests: int = 200, **rag_options: object) -> SavingsPanel:
     """Build a :class:`SavingsPanel` (display it in a notebook cell)."""
-    return SavingsPanel(n_requests, **rag_options)
+    return SavingsPanel(num_requests, **rag_options)

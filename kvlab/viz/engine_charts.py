@@ -109,14 +109,14 @@ def radix_tree_chart(cache: object, *, title: str | None = None) -> alt.LayerCha
 
     Args:
         cache: a :class:`kvlab.engines.RadixCache` or its ``snapshot()`` frame (columns
-            ``node_id``, ``parent_id``, ``depth``, ``n_tokens``, ``first_tokens``,
+            ``node_id``, ``parent_id``, ``depth``, ``num_tokens``, ``first_tokens``,
             ``lock_ref``, ``evictable``, ``hit_count``, ``last_access_time``).
         title: chart title.
 
     Raises:
         ValueError: not a cache or snapshot, or missing columns.
     """
-    frame = tree_layout(_frame(cache, {"node_id", "parent_id", "depth", "n_tokens", "first_tokens", "lock_ref",
+    frame = tree_layout(_frame(cache, {"node_id", "parent_id", "depth", "num_tokens", "first_tokens", "lock_ref",
                                       "evictable", "hit_count", "last_access_time"}))
     frame = frame.with_columns(status=pl.when(pl.col("parent_id").is_null()).then(pl.lit("root"))
                                .when(pl.col("lock_ref") > 0).then(pl.lit("locked"))
@@ -128,9 +128,9 @@ def radix_tree_chart(cache: object, *, title: str | None = None) -> alt.LayerCha
               axis=alt.Axis(tickMinStep=1, format="d"))
     x = alt.X("x:Q", axis=None, scale=alt.Scale(domain=[-0.6, frame["x"].max() + 0.6]))
     lines = alt.Chart(edges).mark_rule(color="#999999").encode(x=x, y=y, x2="px:Q", y2="pd:Q")
-    tooltip = ["node_id:Q", "first_tokens:N", "n_tokens:Q", "lock_ref:Q", "hit_count:Q", "last_access_time:Q"]
+    tooltip = ["node_id:Q", "first_tokens:N", "num_tokens:Q", "lock_ref:Q", "hit_count:Q", "last_access_time:Q"]
     nodes = alt.Chart(frame).mark_circle(opacity=1).encode(
-        x=x, y=y, size=alt.Size("n_tokens:Q", title="tokens", scale=alt.Scale(range=[60, 600])),
+        x=x, y=y, size=alt.Size("num_tokens:Q", title="tokens", scale=alt.Scale(range=[60, 600])),
         color=alt.Color("status:N", title=None, scale=alt.Scale(
             domain=["root", "locked", "evictable leaf", "inner"], range=["#333333", "#e76f51", "#2a9d8f", "#8a8a8a"])),
         tooltip=tooltip)

@@ -53,8 +53,8 @@ def downsample_timeline(timeline: pl.DataFrame, max_points: int = 1000) -> pl.Da
     """
     max_points = check_positive("max_points", max_points)
     timeline = run_timeline(timeline)
-    n_steps = int(timeline["step"].max()) + 1 if timeline.height else 0
-    width = max(1, -(-n_steps // max_points))
+    num_steps = int(timeline["step"].max()) + 1 if timeline.height else 0
+    width = max(1, -(-num_steps // max_points))
     agg = pl.col("metric").first().replace_strict({m: a for m, (a, _) in TIMELINE_METRICS.items()}, default="max")
     value = pl.col("value")
     chosen = pl.when(agg == "sum").then(value.sum()).when(agg == "mean").then(value.mean())

@@ -193,7 +193,7 @@ class RadixCache:
 
     def snapshot(self) -> pl.DataFrame:
         """One row per node, root first, depth-first: ``node_id``, ``parent_id``,
-        ``depth``, ``n_tokens``, ``first_tokens``, ``lock_ref``, ``evictable``,
+        ``depth``, ``num_tokens``, ``first_tokens``, ``lock_ref``, ``evictable``,
         ``last_access_time``, ``hit_count``, ``extra_key``, ``priority``,
         ``creation_time`` (see :func:`~kvlab.engines.sglang.tree_node.tree_frame`)."""
         return tree_frame(self.root)
@@ -510,7 +510,7 @@ class RadixCache:
         else:
             self._evictable_leaves.pop(node.node_id, None)
 
-    def _shift_to_protected(self, n_tokens: int) -> None:
-        """Move ``n_tokens`` (negative: back) from evictable to protected."""
-        self._evictable -= n_tokens
-        self._protected += n_tokens
+    def _shift_to_protected(self, num_tokens: int) -> None:
+        """Move ``num_tokens`` (negative: back) from evictable to protected."""
+        self._evictable -= num_tokens
+        self._protected += num_tokens

@@ -221,7 +221,7 @@ def as_radix_key(key: RadixKey | Sequence[int] | np.ndarray) -> RadixKey:
 
 
 #: Column types of :func:`tree_frame`.
-TREE_SCHEMA = {"node_id": pl.Int64, "parent_id": pl.Int64, "depth": pl.Int64, "n_tokens": pl.Int64,
+TREE_SCHEMA = {"node_id": pl.Int64, "parent_id": pl.Int64, "depth": pl.Int64, "num_tokens": pl.Int64,
                "first_tokens": pl.String, "lock_ref": pl.Int64, "evictable": pl.Boolean,
                "last_access_time": pl.Int64, "hit_count": pl.Int64, "extra_key": pl.String,
                "priority": pl.Int64, "creation_time": pl.Int64}
@@ -268,7 +268,7 @@ def tree_frame(root: TreeNode) -> pl.DataFrame:
     """One row per node, ``root`` first, depth-first.
 
     Columns (:data:`TREE_SCHEMA`): ``node_id``; ``parent_id`` (null for the root);
-    ``depth`` (edges from the root); ``n_tokens``; ``first_tokens`` (a short preview,
+    ``depth`` (edges from the root); ``num_tokens``; ``first_tokens`` (a short preview,
     ``"[1 2 3 4 5 6 …]"``, prefixed ``"ns:"`` in a namespace); ``lock_ref``;
     ``evictable`` (an eviction candidate now: an unlocked leaf, SGLang's
     ``evictable_leaves``; inner unlocked nodes become candidates once their children go);
@@ -276,11 +276,11 @@ def tree_frame(root: TreeNode) -> pl.DataFrame:
     ``extra_key`` (null for the shared namespace); ``priority``.
 
     Example:
-        >>> tree_frame(TreeNode(node_id=0, now=0)).select("node_id", "parent_id", "n_tokens").row(0)
+        >>> tree_frame(TreeNode(node_id=0, now=0)).select("node_id", "parent_id", "num_tokens").row(0)
         (0, None, 0)
     """
     rows = [{"node_id": n.node_id, "parent_id": None if depth == 0 else n.parent.node_id, "depth": depth,
-             "n_tokens": len(n.key), "first_tokens": _label(n), "lock_ref": n.lock_ref,
+             "num_tokens": len(n.key), "first_tokens": _label(n), "lock_ref": n.lock_ref,
              "evictable": depth > 0 and n.lock_ref == 0 and not n.children, "last_access_time": n.last_access_time,
              "hit_count": n.hit_count, "extra_key": n.key.extra_key, "priority": n.priority,
              "creation_time": n.creation_time} for n, depth in iter_tree(root)]
