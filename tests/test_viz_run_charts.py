@@ -149,3 +149,5 @@ def test_hit_ratio_curve_draws_unbounded_as_rule() -> None:
     assert spec["layer"][0]["encoding"]["x"]["scale"]["type"] == "log"
     with pytest.raises(ValueError, match="frame lacks column"):
         hit_ratio_curve(frame, color="trace")
+    with pytest.raises(ValueError, match="frame must be a polars DataFrame .*got list"):
+        hit_ratio_curve([1, 2])

@@ -58,8 +58,10 @@ def hit_ratio_curve(frame: pl.DataFrame, *, metric: str = "token_hit_ratio", col
         horizontal rules (the series' ceiling).
 
     Raises:
-        ValueError: a required column is missing.
+        ValueError: not a polars DataFrame, or a required column is missing.
     """
+    if not isinstance(frame, pl.DataFrame):
+        raise ValueError(f"frame must be a polars DataFrame (e.g. kvlab.sim.sweep's), got {type(frame).__name__}")
     missing = {"capacity_blocks", metric, color} - set(frame.columns)
     if missing:
         raise ValueError(f"frame lacks column(s) {sorted(missing)}; has {frame.columns}")
