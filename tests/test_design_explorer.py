@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import polars as pl
 import pytest
 
@@ -89,6 +92,79 @@ def test_debounce_waits_for_the_last_change(small) -> None:
     assert panel.result is before  # not yet
     panel._timer.join()
     assert panel.result.tier_counters["capacity_blocks"].to_list() == [64, 1024]
+
+
+def test_a_control_moved_during_a_refresh_waits_for_the_next(small, monkeypatch) -> None:
+    """Issue 14 item 19: the tier count changes while the debounced refresh replays on its
+    timer thread. Each refresh replays, summarises and draws its own snapshot; the one asked
+    for later is shown even when the earlier one finishes last."""
+    module = sys.modules["kvlab.ui.design_explorer"]
+    panel = DesignExplorer(small, debounce_s=0.01)
+    inside, release = threading.Event(), threading.Event()
+    replayed_tiers, real = [], module.replay_tiered
+
+    def hold_the_first(workload, tiers, **kwargs):
+        replayed_tiers.append([t.name for t in tiers])
+        if len(replayed_tiers) == 1:
+            inside.set()
+            assert release.wait(60)
+        return real(workload, tiers, **kwargs)
+
+    monkeypatch.setattr(module, "replay_tiered", hold_the_first)
+    errors = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    panel.capacity_gib[0].value = 4.0  # refresh A: two tiers
+    first = panel._timer
+    assert inside.wait(60)  # A has read the controls and is replaying
+    panel.num_tiers.value = 3  # refresh B: three tiers
+    second = panel._timer
+    second.join()  # B replays, draws and is shown while A still waits
+    release.set()
+    first.join()  # A finishes last
+    assert errors == []
+    assert replayed_tiers == [["GPU", "CPU"], ["GPU", "CPU", "NVMe"]]
+    assert panel.result.tier_names == ["GPU", "CPU", "NVMe"] and panel.shown.capacity_gib == (4.0, 64.0, 512.0)
+    assert chart_frame(panel, "capacity_gib")["capacity_gib"].to_list() == [4.0, 64.0, 512.0]
+    assert panel.result.tier_counters["capacity_blocks"].to_list() == [64, 1024, 8192]
+
+
+def test_a_refresh_uses_one_snapshot_of_the_controls(small, monkeypatch) -> None:
+    """Controls moved between the snapshot and the chart change neither the chart nor the
+    summary of that refresh (model and chunk change the GiB per block)."""
+    module = sys.modules["kvlab.ui.design_explorer"]
+    panel = DesignExplorer(small, debounce_s=60)  # the changes below only schedule refreshes
+    real = module.replay_tiered
+
+    def move_controls(workload, tiers, **kwargs):
+        panel.model.value, panel.chunk.value, panel.num_tiers.value = "Llama-3.1-70B", 2, 1
+        return real(workload, tiers, **kwargs)
+
+    monkeypatch.setattr(module, "replay_tiered", move_controls)
+    panel.refresh()
+    panel._timer.cancel()
+    # Llama-3.1-8B, 512-token blocks: 64 MiB each, so 16 GiB and 64 GiB are 256 and 1,024 blocks
+    assert panel.shown.model == "Llama-3.1-8B" and panel.result.tier_names == ["GPU", "CPU"]
+    assert chart_frame(panel, "capacity_gib")["capacity_gib"].to_list() == [16.0, 64.0]
+    assert "Llama-3.1-8B, 512-token blocks (64 MiB)" in str(panel.chart.chart.to_dict()["vconcat"][0]["title"])
+    cpu = panel.result.tier_counters.filter(pl.col("tier") == "CPU").row(0, named=True)
+    assert panel.bytes_moved()["CPU→"] == cpu["read_blocks"] * 64 * 2**20
+    assert f"CPU→ {cpu['read_blocks'] * 64 / 1024:,.1f} GiB" in panel.summary.value
+
+
+def test_a_tier_too_small_for_one_block_is_named(small) -> None:
+    """Llama-3.1-405B keeps 2 x 126 layers x 8 heads x 128 x 2 bytes = 504 KiB per token;
+    a 4,096-token block (chunk x8) is 1.97 GiB, so a 1 GiB GPU tier holds none."""
+    panel = DesignExplorer(small, debounce_s=0)
+    panel.model.value = "Llama-3.1-405B"
+    panel.chunk.value = 8
+    assert panel.capacity_blocks() == [8, 32] and "0 blocks" not in panel.summary.value
+    panel.capacity_gib[0].value = 1.0
+    assert panel.capacity_blocks() == [0, 32] and panel.result.summary.tier_hit_blocks["GPU"] == 0
+    assert panel.summary.value.startswith(
+        "<b>⚠ GPU holds 0 blocks: 1 GiB is less than one 4,096-token block of Llama-3.1-405B (1.97 GiB); "
+        "it caches nothing.</b><br><b>block hit ratio</b>")
+    panel.capacity_gib[1].value = 1.0
+    assert panel.summary.value.count("holds 0 blocks") == 2 and "⚠ CPU holds 0 blocks: 1 GiB" in panel.summary.value
 
 
 def test_bad_arguments(small) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -14,6 +15,7 @@ from kvlab.sim import mooncake_figures as mf
 from kvlab.sim import replay
 from kvlab.viz import cache_ratio_chart, figure9_chart, save_chart, table1_chart
 
+NOTEBOOK05 = Path(__file__).resolve().parent.parent / "notebooks" / "05_reproduce_mooncake.ipynb"
 #: traces.md §5.1 / §5.3 and §5.4 (full 512-token blocks only), four decimals.
 SPEC_DEFINITIONS = {
     ("block hit ratio", "conversation"): 0.3664, ("block hit ratio", "synthetic"): 0.6396,
@@ -143,3 +145,96 @@ def test_report_is_plain_text(definitions) -> None:
                            pl.DataFrame({"policy": [], "capacity_blocks": [], "ours": [], "paper": []}))
     text = format_report(figs)
     assert "full blocks only" in text and "0.6594" in text and "0.3819" in text
+
+
+def test_no_definition_matches_both_table2_numbers(definitions) -> None:
+    """Issue 14 item 23: within one point (the paper prints whole percents) the conversation
+    40 % is met only by the last-50 % window (39.8 %) or the per-request mean (40.9 %), the
+    synthetic 66 % only by the token hit ratio (65.1 %) or full blocks only (65.9 %)."""
+    assert mf.cache_ratio_matches(definitions) == {
+        "conversation": ["token hit ratio, last 50 %", "per-request mean token ratio"],
+        "synthetic": ["token hit ratio", "full blocks only"]}
+    assert mf.cache_ratio_matches(definitions, 0.005) == {  # rounding to the printed percent
+        "conversation": ["token hit ratio, last 50 %"], "synthetic": ["full blocks only"]}
+    with pytest.raises(ValueError, match="tolerance must be"):
+        mf.cache_ratio_matches(definitions, -0.01)
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['abs_error'\]"):
+        mf.cache_ratio_matches(definitions.drop("abs_error"))
+
+
+def test_notebook05_says_which_definition_matches_which_number() -> None:
+    nb = json.loads(NOTEBOOK05.read_text())
+    markdown = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    assert not any("What this notebook reproduces" in m for m in markdown)
+    assert "no definition matches both" in markdown[-1].lower()
+    assert "last 50 %" in markdown[-1] and "per-request mean" in markdown[-1]
+    assert "cache_ratio_matches" in code[-1] and code[-1].count("assert ") == 1
+
+
+def test_paper_figure9_points_agree_with_table2_and_the_eye_reading() -> None:
+    """Issue 14 item 24. The digitised curves level off at Table 2's cache ratios (40 %, 59 %,
+    66 %) and agree with traces.md §4.2's by-eye reading within its ±0.01."""
+    pts = mf.paper_figure9_points()
+    assert pts.height == 4 * 12 and pts.filter(~pl.col("have_trace"))["trace"].unique().sort().to_list() == [
+        "all", "tool&agent"]
+    at = {(r["trace"], r["capacity_tokens"]): r["token_hit_ratio"] for r in pts.iter_rows(named=True)}
+    for trace, table2 in (("conversation", 0.40), ("tool&agent", 0.59), ("synthetic", 0.66)):
+        assert abs(at[trace, 10**9] - table2) <= 0.006, trace  # half a printed percent + 0.001 reading
+    by_eye = {("conversation", 10**4): 0.045, ("conversation", 10**5): 0.07, ("conversation", 10**6): 0.085,
+              ("conversation", 10**7): 0.33, ("conversation", 5 * 10**7): 0.40, ("tool&agent", 10**4): 0.17,
+              ("tool&agent", 10**5): 0.36, ("tool&agent", 10**6): 0.39, ("tool&agent", 10**7): 0.56,
+              ("synthetic", 10**4): 0.0, ("synthetic", 10**5): 0.01, ("synthetic", 10**6): 0.15,
+              ("synthetic", 10**7): 0.59, ("all", 10**9): 0.53}
+    for key, value in by_eye.items():
+        assert abs(at[key] - value) <= 0.01, key
+
+
+def test_figure9_conversation_gap_as_stated(traces) -> None:
+    """The gap FIGURE9_NOTES states, measured: ours 0.03-0.04 below the paper's from 10^5 tokens
+    up (0.027 at the plateau), flat at 0.043 from 10^4 to 3x10^5 tokens where the paper's rises;
+    synthetic within 0.013."""
+    curves = mf.figure9_curves(traces, [*mf.PAPER_FIGURE9_TOKENS, 300_000])
+    gap = {(r["trace"], r["capacity_tokens"]): r for r in mf.figure9_gap(curves).iter_rows(named=True)}
+    assert len(gap) == 2 * 12
+    conversation = [gap["conversation", t]["gap"] for t in mf.PAPER_FIGURE9_TOKENS]
+    assert 0 < conversation[0] < 0.005
+    assert all(0.03 <= g <= 0.037 for g in conversation[1:8])  # 10^5 ... 10^7
+    assert {round(g, 3) for g in conversation[8:]} == {0.027}  # 5x10^7 and up: the plateau
+    ours = dict(zip(curves.filter(pl.col("trace") == "conversation")["capacity_tokens"],
+                    curves.filter(pl.col("trace") == "conversation")["token_hit_ratio"]))
+    assert {round(ours[t], 3) for t in (10**4, 10**5, 300_000)} <= {0.043, 0.042} and round(ours[10**6], 3) == 0.054
+    assert [gap["conversation", t]["paper"] for t in (10**4, 10**5, 10**6)] == [0.045, 0.073, 0.087]
+    assert all(abs(gap["synthetic", t]["gap"]) <= 0.013 for t in mf.PAPER_FIGURE9_TOKENS)
+    notes = " ".join(mf.FIGURE9_NOTES)
+    assert "0.03–0.04 below" in notes and "0.027 at the plateau" in notes and "0.043 from 10^4 to 3×10^5" in notes
+    assert "unexplained" in notes and "no trace here" in notes
+    with pytest.raises(ValueError, match="curves lack the paper's capacities"):
+        mf.figure9_gap(mf.figure9_curves(traces, [10**5]))
+
+
+def test_figure9_chart_overlays_the_paper(traces) -> None:
+    curves = mf.figure9_curves(traces)
+    spec = figure9_chart(curves, mf.share_at_3m_tokens(curves)).to_dict()
+    rows = [r for d in spec["datasets"].values() for r in d if r.get("source") == "≈ paper (read off)"]
+    assert sorted({r["trace"] for r in rows}) == ["all (no trace here)", "conversation", "synthetic",
+                                                  "tool&agent (no trace here)"]
+    assert len(rows) == 48 and spec["title"]["subtitle"] == list(mf.FIGURE9_NOTES)
+    assert mf.PAPER_FIGURE9_SOURCE.startswith("≈ paper: Qin et al., Mooncake, FAST'25, Figure 9")
+    tooltips = [layer["encoding"].get("tooltip") for layer in spec["layer"] if "encoding" in layer]
+    assert any(t and t[0] == {"field": "source", "type": "nominal"} for t in tooltips)
+
+
+def test_fifo_is_the_mooncake_simulators_with_tail_most_recent(traces) -> None:
+    """Issue 14 item 25 on the bundled traces, last 50 % of requests: the hit tokens of the
+    Mooncake team's simulator are kvlab's FIFO with touch_order="tail_most_recent" at every
+    capacity; the default differs wherever the order decides an eviction."""
+    frame = mf.kvcache_lab_fifo(traces)
+    assert frame.height == 2 * (7 + 5)
+    assert frame.filter(pl.col("touch_order") == "tail_most_recent")["same"].all()
+    head_same = frame.filter((pl.col("touch_order") == "head_most_recent") & pl.col("same"))
+    assert head_same.select("trace", "capacity_blocks").rows() == [("conversation", 100_000), ("synthetic", 30_000)]
+    first = frame.row(0, named=True)  # conversation, 100 blocks, head first: 3,080,581 vs their 2,564,997
+    assert (first["ours_hit_tokens"], first["theirs_hit_tokens"]) == (3_080_581, 2_564_997)
+    with pytest.raises(ValueError, match=r"no simulator values for trace\(s\) \['mine'\]"):
+        mf.kvcache_lab_fifo({"mine": traces["conversation"]})

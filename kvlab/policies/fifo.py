@@ -16,6 +16,9 @@ evicts the tail, with no update on a hit: the same policy. Checked against libca
 ``touch_order="tail_most_recent"``) on small id streams, the Mooncake conversation trace
 and a 10 M-reference chat trace: identical hits.
 
+The Mooncake team's simulator (kvcache-ai/kvcache-blog) inserts a request's blocks head
+first: it equals this FIFO with ``touch_order="tail_most_recent"``, not the default (docs/README.md).
+
 References:
     libCacheSim ``cache/eviction/FIFO.c`` (https://github.com/1a1a11a/libCacheSim).
 """

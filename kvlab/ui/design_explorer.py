@@ -5,12 +5,18 @@ a capacity in blocks. Moving a control re-runs :func:`kvlab.tiers.replay.replay_
 (the numba driver, whatever the tiers' policies) and redraws: resident GiB per tier over
 time with capacity lines, the hit breakdown by tier, bytes moved per link and the estimated
 TTFT saved (:func:`kvlab.tiers.cost.ttft_saved_s`, per request).
+
+Every refresh reads the controls once, into an immutable :class:`ExplorerSettings`, on the
+thread where the control changed; the replay, the summary and the chart of that refresh all
+use that snapshot, so a control moved while the debounced refresh runs on its timer thread
+only schedules the next refresh.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
+from dataclasses import dataclass
 
 import altair as alt
 import ipywidgets as widgets
@@ -20,7 +26,7 @@ import polars as pl
 from kvlab.core.validate import check_real
 from kvlab.tiers.cost import TierHit, load_or_recompute
 from kvlab.tiers.devices import get_device
-from kvlab.tiers.models import MODELS, ModelSpec, get_gpu_flops, get_model
+from kvlab.tiers.models import MODELS, get_gpu_flops, get_model
 from kvlab.tiers.replay import replay_tiered
 from kvlab.tiers.result import TieredReplayResult
 from kvlab.tiers.types import WRITE_POLICIES, TierSpec, tier_policies
@@ -38,6 +44,59 @@ TIER_POLICIES = [*tier_policies(), "none"]
 #: Most points per tier in the occupancy chart.
 CHART_POINTS = 600
 _GIB = 2**30
+
+
+@dataclass(frozen=True)
+class ExplorerSettings:
+    """One consistent reading of the explorer's controls: what one refresh replays and draws.
+
+    Fields: ``model`` (a :data:`~kvlab.tiers.models.MODELS` name), ``chunk`` (trace blocks
+    per explorer block, 1/2/4/8), ``block_size`` (tokens per explorer block: the trace's
+    block size × ``chunk``), ``capacity_gib`` and ``policies`` (one per active tier,
+    fastest first), ``write_policy``, ``promote``.
+
+    Example:
+        >>> s = ExplorerSettings("Llama-3.1-405B", 8, 4096, (1.0, 64.0), ("lru", "lru"), "write_back", True)
+        >>> round(s.block_bytes / 2**30, 4), s.capacity_blocks()   # 504 KiB per token x 4,096 tokens
+        (1.9688, [0, 32])
+        >>> print(*s.empty_tiers())
+        GPU holds 0 blocks: 1 GiB is less than one 4,096-token block of Llama-3.1-405B (1.97 GiB); it caches nothing
+    """
+
+    model: str
+    chunk: int
+    block_size: int
+    capacity_gib: tuple[float, ...]
+    policies: tuple[str, ...]
+    write_policy: str
+    promote: bool
+
+    @property
+    def tier_names(self) -> list[str]:
+        """The active tiers' names, fastest first."""
+        return [TIER_DEVICES[i][0] for i in range(len(self.capacity_gib))]
+
+    @property
+    def block_bytes(self) -> int:
+        """KV bytes of one block of the model at this block size."""
+        return get_model(self.model).kv_bytes_per_block(self.block_size)
+
+    def capacity_blocks(self) -> list[int]:
+        """Each active tier's capacity in blocks (GiB × 2^30 // block bytes; 0 when a block
+        is larger than the tier)."""
+        return [int(gib * _GIB) // self.block_bytes for gib in self.capacity_gib]
+
+    def tiers(self) -> list[TierSpec]:
+        """The active tiers as :class:`~kvlab.tiers.types.TierSpec`."""
+        return [TierSpec(name, cap, policy)
+                for name, cap, policy in zip(self.tier_names, self.capacity_blocks(), self.policies)]
+
+    def empty_tiers(self) -> list[str]:
+        """One sentence per active tier too small for a single block (it holds 0 blocks)."""
+        block_gib = self.block_bytes / _GIB
+        return [f"{name} holds 0 blocks: {gib:.3g} GiB is less than one {self.block_size:,}-token block of "
+                f"{self.model} ({block_gib:.3g} GiB); it caches nothing"
+                for name, gib, cap in zip(self.tier_names, self.capacity_gib, self.capacity_blocks()) if cap == 0]
 
 
 class DesignExplorer:
@@ -58,7 +117,10 @@ class DesignExplorer:
 
     Every change runs the numba driver: tens of ms on the bundled traces (a combination of
     tier policies not seen before in the session first compiles, a few seconds;
-    ``benchmarks/README.md``).
+    ``benchmarks/README.md``). A change snapshots the controls (:meth:`settings`) at once;
+    the refresh it schedules replays, summarises and draws that snapshot only, and a
+    refresh that finishes after a newer one is dropped. ``result`` and ``shown`` are the
+    displayed result and the settings it was computed from.
 
     Raises:
         ValueError: not a Trace, an unknown model or GPU, a negative debounce.
@@ -82,6 +144,9 @@ class DesignExplorer:
         debounce_s = check_real("debounce_s", debounce_s, low=0.0)
         self.trace, self.gpu_flops, self.debounce_s = trace, gpu_flops, debounce_s
         self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()  # guards the rechunk cache and publishing
+        self._requested = 0  # refreshes asked for (each with its snapshot)
+        self._published = 0  # the number of the refresh on display
         self._rechunked: dict[int, Trace] = {1: trace}
         self.chunk = widgets.Dropdown(options=[(f"{trace.block_size * k:,} tokens", k) for k in (1, 2, 4, 8)],
                                       value=1, description="chunk")
@@ -95,10 +160,11 @@ class DesignExplorer:
         self.write_policy = widgets.ToggleButtons(options=list(WRITE_POLICIES), value="write_back",
                                                   description="writes")
         self.promote = widgets.Checkbox(value=True, description="promote lower-tier hits")
-        self.summary = widgets.HTML()
-        self.result = self.compute()
-        self.chart = alt.JupyterChart(self.make_chart(self.result))
-        self._show_summary()
+        settings = self.settings()
+        result = self.compute(settings)
+        self._shown = (settings, result)
+        self.summary = widgets.HTML(self.summary_html(settings, result))
+        self.chart = alt.JupyterChart(self.make_chart(result, settings))
         rows = [widgets.HBox([c, p]) for c, p in zip(self.capacity_gib, self.policy)]
         self.ui = widgets.VBox([widgets.HBox([self.chunk, self.model, self.num_tiers]), *rows,
                                 widgets.HBox([self.write_policy, self.promote]), self.summary, self.chart])
@@ -108,79 +174,83 @@ class DesignExplorer:
 
     # ------------------------------------------------------------------ model of the controls
 
+    def settings(self) -> ExplorerSettings:
+        """Read every control once: the snapshot one refresh computes and draws."""
+        num_tiers = self.num_tiers.value
+        chunk = self.chunk.value
+        return ExplorerSettings(
+            model=self.model.value, chunk=chunk, block_size=self.trace.block_size * chunk,
+            capacity_gib=tuple(float(self.capacity_gib[i].value) for i in range(num_tiers)),
+            policies=tuple(self.policy[i].value for i in range(num_tiers)),
+            write_policy=self.write_policy.value, promote=bool(self.promote.value))
+
     @property
-    def spec(self) -> ModelSpec:
-        """The selected model."""
-        return get_model(self.model.value)
+    def result(self) -> TieredReplayResult:
+        """The result on display."""
+        return self._shown[1]
+
+    @property
+    def shown(self) -> ExplorerSettings:
+        """The settings the result on display was computed from."""
+        return self._shown[0]
 
     @property
     def block_size(self) -> int:
-        """Tokens per block at the selected chunk size."""
-        return self.trace.block_size * self.chunk.value
+        """Tokens per block at the chunk size the controls show now."""
+        return self.settings().block_size
 
     @property
     def block_bytes(self) -> int:
-        """KV bytes of one block of the selected model and chunk size."""
-        return self.spec.kv_bytes_per_block(self.block_size)
+        """KV bytes of one block of the model and chunk size the controls show now."""
+        return self.settings().block_bytes
 
     def capacity_blocks(self) -> list[int]:
-        """Each active tier's capacity in blocks (GiB × 2^30 // block bytes)."""
-        return [int(self.capacity_gib[i].value * _GIB) // self.block_bytes for i in range(self.num_tiers.value)]
+        """Each active tier's capacity in blocks, as the controls show now."""
+        return self.settings().capacity_blocks()
 
     def tiers(self) -> list[TierSpec]:
-        """The active tiers as :class:`~kvlab.tiers.types.TierSpec`."""
-        return [TierSpec(TIER_DEVICES[i][0], cap, self.policy[i].value) for i, cap in enumerate(self.capacity_blocks())]
+        """The active tiers as the controls show now (:meth:`ExplorerSettings.tiers`)."""
+        return self.settings().tiers()
 
-    def workload(self) -> Trace:
-        """The trace at the selected chunk size (cached per size)."""
-        k = self.chunk.value
-        if k not in self._rechunked:
-            self._rechunked[k] = self.trace.rechunk(k)
-        return self._rechunked[k]
+    def workload(self, settings: ExplorerSettings | None = None) -> Trace:
+        """The trace at the chunk size of ``settings`` (default: the controls now), cached per size."""
+        k = (settings or self.settings()).chunk
+        with self._lock:
+            if k not in self._rechunked:
+                self._rechunked[k] = self.trace.rechunk(k)
+            return self._rechunked[k]
 
-    def compute(self) -> TieredReplayResult:
-        """Replay the workload through the tiers the controls describe (no widget changes)."""
-        return replay_tiered(self.workload(), self.tiers(), write_policy=self.write_policy.value,
-                             promote=self.promote.value)
+    def compute(self, settings: ExplorerSettings | None = None) -> TieredReplayResult:
+        """Replay the workload through the tiers ``settings`` describe (default: the controls
+        now); changes no widget."""
+        settings = settings or self.settings()
+        return replay_tiered(self.workload(settings), settings.tiers(), write_policy=settings.write_policy,
+                             promote=settings.promote)
 
     # ------------------------------------------------------------------ derived numbers
 
     def bytes_moved(self) -> dict[str, int]:
-        """Bytes written into and read out of each tier below the top: ``"→CPU"`` counts
-        every block written there from above (demotions, write-through and selective
-        copies, spills; not promotions from a tier below), ``"CPU→"`` every block read from
-        it (served to a request, or promoted to any tier above). Each transfer is counted
-        once, at its destination (``→``) or at its source (``…→``)."""
-        moved = {}
-        for tier in self.result.summary.tiers[1:]:
-            c = tier.counters
-            moved[f"→{tier.name}"] = (c.written_blocks - c.promoted_in_blocks) * self.block_bytes
-            moved[f"{tier.name}→"] = c.read_blocks * self.block_bytes
-        return moved
+        """Bytes written into and read out of each tier below the top, for the result on
+        display: ``"→CPU"`` counts every block written there from above (demotions,
+        write-through and selective copies, spills; not promotions from a tier below),
+        ``"CPU→"`` every block read from it (served to a request, or promoted to any tier
+        above). Each transfer is counted once, at its destination (``→``) or at its source
+        (``…→``)."""
+        return _bytes_moved(*self._shown)
 
     def ttft_saved_s(self) -> float:
-        """Estimated prefill seconds saved over the measured requests: per request, the
-        lookup's hit blocks in each tier (the prefix it found; a block evicted later in the
-        same request is still counted where the lookup found it), loaded or recomputed,
-        whichever is faster (:func:`kvlab.tiers.cost.load_or_recompute`)."""
-        names = self.result.tier_names
-        per_tier = np.stack([self.result.requests[f"hit_blocks_{n}"].to_numpy() for n in names], axis=1)
-        combos, counts = np.unique(per_tier, axis=0, return_counts=True)
-        saved = 0.0
-        for combo, count in zip(combos.tolist(), counts.tolist()):
-            context = 0
-            for i, num_blocks in enumerate(combo):
-                if num_blocks:
-                    saved += count * _saved_s(self.model.value, TIER_DEVICES[i][1], TIER_DEVICES[i][2],
-                                              int(num_blocks), self.block_size, context, self.gpu_flops)
-                context += int(num_blocks) * self.block_size
-        return saved
+        """Estimated prefill seconds saved over the measured requests of the result on
+        display: per request, the lookup's hit blocks in each tier (the prefix it found; a
+        block evicted later in the same request is still counted where the lookup found it),
+        loaded or recomputed, whichever is faster (:func:`kvlab.tiers.cost.load_or_recompute`)."""
+        return _ttft_saved_s(*self._shown, self.gpu_flops)
 
     # ------------------------------------------------------------------ display
 
-    def make_chart(self, result: TieredReplayResult) -> alt.VConcatChart:
-        """Resident GiB per tier over time (dashed: capacities) above the hit breakdown."""
-        gib = self.block_bytes / _GIB
+    def make_chart(self, result: TieredReplayResult, settings: ExplorerSettings) -> alt.VConcatChart:
+        """Resident GiB per tier over time (dashed: capacities) above the hit breakdown, for
+        ``result`` computed from ``settings``."""
+        gib = settings.block_bytes / _GIB
         used = result.timeline.filter(metric="used_blocks")
         steps = used["step"].unique().sort()
         if steps.len() > CHART_POINTS:  # evenly spaced steps, the first and the last included
@@ -188,7 +258,7 @@ class DesignExplorer:
         timeline = used.filter(pl.col("step").is_in(steps.implode())).with_columns(
             resident_gib=pl.col("value") * gib)
         caps = pl.DataFrame({"tier": result.tier_names,
-                             "capacity_gib": [c * gib for c in self.capacity_blocks()]})
+                             "capacity_gib": [c * gib for c in settings.capacity_blocks()]})
         color = alt.Color("tier:N", sort=result.tier_names, title="tier")
         lines = alt.Chart(timeline).mark_line().encode(
             x=alt.X("time_s:Q", title="time (s)"), y=alt.Y("resident_gib:Q", title="resident KV (GiB)"), color=color,
@@ -196,36 +266,83 @@ class DesignExplorer:
                      alt.Tooltip("resident_gib:Q", format=".2f")])
         rules = alt.Chart(caps).mark_rule(strokeDash=[5, 3]).encode(y="capacity_gib:Q", color=color)
         bars = tier_breakdown_chart(result)
-        title = (f"{self.spec.name}, {self.block_size:,}-token blocks "
-                 f"({self.block_bytes / 2**20:,.0f} MiB), {self.write_policy.value}")
+        title = (f"{settings.model}, {settings.block_size:,}-token blocks "
+                 f"({settings.block_bytes / 2**20:,.0f} MiB), {settings.write_policy}")
         return alt.vconcat(alt.layer(lines, rules).properties(width=560, height=220, title=title),
                            bars)
 
-    def refresh(self) -> None:
-        """Recompute now and push the result into the summary and the chart."""
-        self.result = self.compute()
-        self._show_summary()
-        self.chart.chart = self.make_chart(self.result)
+    def summary_html(self, settings: ExplorerSettings, result: TieredReplayResult) -> str:
+        """The panel's summary line for ``result`` computed from ``settings``: hit ratio,
+        hits by tier, bytes moved, estimated TTFT saved; first, a warning naming every tier
+        that holds 0 blocks and why."""
+        s = result.summary
+        per_tier = ", ".join(f"{t} {b:,}" for t, b in s.tier_hit_blocks.items())
+        moved = ", ".join(f"{link} {b / _GIB:,.1f} GiB" for link, b in _bytes_moved(settings, result).items())
+        warning = "".join(f"<b>⚠ {line}.</b><br>" for line in settings.empty_tiers())
+        return (f"{warning}<b>block hit ratio</b> {s.block_hit_ratio:.4f} &nbsp; <b>hits by tier</b> "
+                f"{per_tier} &nbsp; <b>moved</b> {moved or 'none'} &nbsp; <b>est. TTFT saved</b> "
+                f"{_ttft_saved_s(settings, result, self.gpu_flops):,.1f} s over {s.requests:,} requests")
+
+    def refresh(self, settings: ExplorerSettings | None = None) -> None:
+        """Replay ``settings`` (default: read the controls now) and show the result, its
+        summary and its chart."""
+        settings = settings or self.settings()
+        self._refresh(settings, self._next_number())
+
+    def _next_number(self) -> int:
+        with self._lock:
+            self._requested += 1
+            return self._requested
+
+    def _refresh(self, settings: ExplorerSettings, number: int) -> None:
+        """Compute and draw ``settings`` off the widgets; show them unless refresh ``number``
+        is older than the one on display (a slow refresh finishing after a newer one)."""
+        result = self.compute(settings)
+        summary, chart = self.summary_html(settings, result), self.make_chart(result, settings)
+        with self._lock:
+            if number < self._published:
+                return
+            self._published = number
+            self._shown = (settings, result)
+            self.summary.value = summary
+            self.chart.chart = chart
 
     def _on_change(self, _change: dict) -> None:
+        settings, number = self.settings(), self._next_number()  # the snapshot, on the observer's thread
         if self.debounce_s == 0:
-            self.refresh()
+            self._refresh(settings, number)
             return
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = threading.Timer(self.debounce_s, self.refresh)
+        self._timer = threading.Timer(self.debounce_s, self._refresh, args=(settings, number))
         self._timer.start()
-
-    def _show_summary(self) -> None:
-        s = self.result.summary
-        per_tier = ", ".join(f"{t} {b:,}" for t, b in s.tier_hit_blocks.items())
-        moved = ", ".join(f"{link} {b / _GIB:,.1f} GiB" for link, b in self.bytes_moved().items()) or "none"
-        self.summary.value = (f"<b>block hit ratio</b> {s.block_hit_ratio:.4f} &nbsp; <b>hits by tier</b> "
-                              f"{per_tier} &nbsp; <b>moved</b> {moved} &nbsp; <b>est. TTFT saved</b> "
-                              f"{self.ttft_saved_s():,.1f} s over {s.requests:,} requests")
 
     def _repr_mimebundle_(self, **kwargs: object) -> dict:
         return self.ui._repr_mimebundle_(**kwargs)
+
+
+def _bytes_moved(settings: ExplorerSettings, result: TieredReplayResult) -> dict[str, int]:
+    moved = {}
+    for tier in result.summary.tiers[1:]:
+        c = tier.counters
+        moved[f"→{tier.name}"] = (c.written_blocks - c.promoted_in_blocks) * settings.block_bytes
+        moved[f"{tier.name}→"] = c.read_blocks * settings.block_bytes
+    return moved
+
+
+def _ttft_saved_s(settings: ExplorerSettings, result: TieredReplayResult, gpu_flops: float) -> float:
+    names = result.tier_names
+    per_tier = np.stack([result.requests[f"hit_blocks_{n}"].to_numpy() for n in names], axis=1)
+    combos, counts = np.unique(per_tier, axis=0, return_counts=True)
+    saved = 0.0
+    for combo, count in zip(combos.tolist(), counts.tolist()):
+        context = 0
+        for i, num_blocks in enumerate(combo):
+            if num_blocks:
+                saved += count * _saved_s(settings.model, TIER_DEVICES[i][1], TIER_DEVICES[i][2],
+                                          int(num_blocks), settings.block_size, context, gpu_flops)
+            context += int(num_blocks) * settings.block_size
+    return saved
 
 
 @functools.lru_cache(maxsize=65536)
@@ -241,4 +358,4 @@ def design_explorer(trace: Trace, **kwargs: object) -> DesignExplorer:
     return DesignExplorer(trace, **kwargs)
 
 
-__all__ = ["TIER_DEVICES", "TIER_POLICIES", "DesignExplorer", "design_explorer"]
+__all__ = ["TIER_DEVICES", "TIER_POLICIES", "DesignExplorer", "ExplorerSettings", "design_explorer"]

@@ -5,6 +5,11 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
+from kvlab.sim.mooncake_figures import CAPACITY_3M_TOKENS, FIGURE9_NOTES, paper_figure9_points
+
+#: Figure 9's colours (matplotlib's first four), in its legend order.
+_PAPER_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
+
 
 def _need(frame: pl.DataFrame, columns: set[str]) -> None:
     missing = columns - set(frame.columns)
@@ -36,36 +41,58 @@ def cache_ratio_chart(frame: pl.DataFrame) -> alt.FacetChart:
         title="FAST'25 Table 2 'cache ratio' (dashed) vs ours by definition")
 
 
-def figure9_chart(curves: pl.DataFrame, shares: pl.DataFrame) -> alt.LayerChart:
+def figure9_chart(curves: pl.DataFrame, shares: pl.DataFrame, paper: pl.DataFrame | None = None) -> alt.LayerChart:
     """LRU token hit ratio vs cache capacity in tokens (log x), with the 3 M-token line and
-    "x % of maximum (paper: y %)" labels — FAST'25 Figure 9.
+    "x % of maximum (paper: y %)" labels — FAST'25 Figure 9 — over the paper's own points
+    (hollow, dotted, "≈" in the legend and tooltip: read off the figure); the notes under the
+    title give their source, the curves with no trace here, and the unexplained
+    conversation gap (:data:`kvlab.sim.mooncake_figures.FIGURE9_NOTES`).
 
     Args:
         curves: :func:`kvlab.sim.mooncake_figures.figure9_curves`.
         shares: :func:`kvlab.sim.mooncake_figures.share_at_3m_tokens`.
+        paper: the paper's points (default
+            :func:`kvlab.sim.mooncake_figures.paper_figure9_points`).
 
     Raises:
         ValueError: missing columns.
     """
     _need(curves, {"trace", "capacity_tokens", "token_hit_ratio"})
     _need(shares, {"trace", "share_of_max", "paper"})
-    lines = alt.Chart(curves).mark_line().encode(
-        x=alt.X("capacity_tokens:Q", scale=alt.Scale(type="log"), title="cache capacity (tokens)"),
-        y=alt.Y("token_hit_ratio:Q", title="token hit ratio (LRU, prefix)", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("trace:N", title="trace"),
-        tooltip=["trace:N", "capacity_tokens:Q", alt.Tooltip("token_hit_ratio:Q", format=".4f")])
-    marks = curves.join(shares, on="trace").filter(pl.col("capacity_tokens") == 3_000_000).with_columns(
+    paper = paper_figure9_points() if paper is None else paper
+    _need(paper, {"trace", "capacity_tokens", "token_hit_ratio", "have_trace"})
+    ours = curves.select("trace", "capacity_tokens", "token_hit_ratio").with_columns(
+        source=pl.lit("ours (LRU, bundled trace)"))
+    theirs = paper.select(
+        pl.when(pl.col("have_trace")).then(pl.col("trace")).otherwise(pl.col("trace") + " (no trace here)")
+        .alias("trace"), "capacity_tokens", "token_hit_ratio").with_columns(source=pl.lit("≈ paper (read off)"))
+    x = alt.X("capacity_tokens:Q", scale=alt.Scale(type="log"), title="cache capacity (tokens)")
+    y = alt.Y("token_hit_ratio:Q", title="token hit ratio (LRU, prefix)", scale=alt.Scale(domain=[0, 0.7]))
+    names = list(dict.fromkeys([*theirs["trace"], *ours["trace"]]))  # the paper's legend order first
+    color = alt.Color("trace:N", title="trace", scale=alt.Scale(
+        domain=names, range=[_PAPER_COLORS[i % len(_PAPER_COLORS)] for i in range(len(names))]))
+    tooltip = ["source:N", "trace:N", alt.Tooltip("capacity_tokens:Q", format=","),
+               alt.Tooltip("token_hit_ratio:Q", format=".4f")]
+    dash = alt.StrokeDash("source:N", title="values", scale=alt.Scale(
+        domain=["ours (LRU, bundled trace)", "≈ paper (read off)"], range=[[1, 0], [2, 2]]))
+    lines = alt.Chart(ours).mark_line().encode(x=x, y=y, color=color, strokeDash=dash, tooltip=tooltip)
+    paper_lines = alt.Chart(theirs).mark_line(opacity=0.7).encode(x=x, y=y, color=color, strokeDash=dash)
+    paper_points = alt.Chart(theirs).mark_point(filled=False, size=40).encode(x=x, y=y, color=color,
+                                                                                tooltip=tooltip)
+    marks = curves.join(shares, on="trace").filter(pl.col("capacity_tokens") == CAPACITY_3M_TOKENS).with_columns(
         label=pl.format("{}: {}% of max (paper {}%)", pl.col("trace"),
                         (pl.col("share_of_max") * 100).round(0).cast(pl.Int64),
                         (pl.col("paper") * 100).round(0).cast(pl.Int64)))
-    rule = alt.Chart(pl.DataFrame({"capacity_tokens": [3_000_000]})).mark_rule(strokeDash=[4, 4]).encode(
+    rule = alt.Chart(pl.DataFrame({"capacity_tokens": [CAPACITY_3M_TOKENS]})).mark_rule(strokeDash=[4, 4]).encode(
         x="capacity_tokens:Q")
     points = alt.Chart(marks).mark_point(filled=True, size=60).encode(
-        x="capacity_tokens:Q", y="token_hit_ratio:Q", color="trace:N")
+        x="capacity_tokens:Q", y="token_hit_ratio:Q", color=color)
     text = alt.Chart(marks).mark_text(align="left", dx=6, dy=-8).encode(
-        x="capacity_tokens:Q", y="token_hit_ratio:Q", text="label:N", color="trace:N")
-    return alt.layer(lines, rule, points, text).properties(
-        width=560, height=320, title="FAST'25 Figure 9 on the bundled traces (dashed: 3 M tokens)")
+        x="capacity_tokens:Q", y="token_hit_ratio:Q", text="label:N", color=color)
+    title = alt.TitleParams("FAST'25 Figure 9 on the bundled traces (dashed: 3 M tokens)",
+                            subtitle=list(FIGURE9_NOTES), subtitleFontSize=10)
+    return alt.layer(paper_lines, paper_points, lines, rule, points, text).properties(
+        width=560, height=320, title=title)
 
 
 def table1_chart(frame: pl.DataFrame) -> alt.LayerChart:
