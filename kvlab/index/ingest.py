@@ -299,7 +299,8 @@ class EventIngestor:
             entry = self._entry(pod, event.medium, event.group_idx)
             for key in event.block_keys_u64():
                 self.index.evict(key, ENGINE_KEY, [entry])
-                self._deferred.note_removed(key, entry)
+                if self._deferred:  # only held stores need the note
+                    self._deferred.note_removed(key, entry)
             return "BlockRemoved"
         medium = getattr(event, "medium", None)  # AllBlocksCleared (EventBatch admits only the three)
         tier = None if medium is None else tier_of_medium(medium)
@@ -326,29 +327,31 @@ class EventIngestor:
                 held = HeldStore(pod, seq, i, entry, event, model, parent_engine, engine_keys)
                 self._drop_held(self._deferred.hold(held), "overflow")
                 return "deferred"
-        kind, mapped = self._add_store(entry, event, model, parent)
-        self._resolve(mapped)
+        kind, mapped = self._add_store(entry, event, engine_keys, model, parent)
+        if self._deferred:
+            self._resolve(mapped)
         return kind
 
-    def _add_store(self, entry: PodEntry, event: BlockStored, model: str | None,
+    def _add_store(self, entry: PodEntry, event: BlockStored, engine_keys: tuple[int, ...], model: str | None,
                    parent: int | None) -> tuple[str, list[int]]:
         """Add a store whose parent resolved to ``parent``; its kind and the engine keys it mapped."""
         start = parent if parent is not None else self.hasher.root_key(event.lora_name or model)
         request_keys = self.hasher.block_hashes(event.token_ids, parent_key=start)
         if not request_keys:
             return "partial_block", []
-        engine_keys = self._mapped_engine_keys(list(event.block_keys_u64()), len(request_keys), event.block_size)
-        self.index.add(engine_keys, request_keys, [entry], parent=parent)
-        self._deferred.note_stored(engine_keys, entry)
-        return "BlockStored", engine_keys
+        mapped = self._mapped_engine_keys(list(engine_keys), len(request_keys), event.block_size)
+        self.index.add(mapped, request_keys, [entry], parent=parent)
+        if self._deferred:
+            self._deferred.note_stored(mapped, entry)
+        return "BlockStored", mapped
 
     def _resolve(self, mapped: list[int]) -> None:
         """Apply the held stores waiting for the engine keys just mapped, and theirs in turn."""
         queue = list(reversed(mapped))
-        while queue and len(self._deferred):
+        while queue and self._deferred:
             for held in self._deferred.release(queue.pop()):
                 try:  # the parent is mapped now: it resolves
-                    kind, keys = self._add_store(held.entry, held.event, held.model,
+                    kind, keys = self._add_store(held.entry, held.event, held.engine_keys, held.model,
                                                  self.index.get_request_key(held.parent))
                     for key in held.removed:  # what the pod removed after the store
                         self.index.evict(key, ENGINE_KEY, [held.entry])
