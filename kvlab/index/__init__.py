@@ -2,7 +2,9 @@
 
 Models llm-d's ``kvblock`` index and KV-events pool, Opal's KVBM and Dynamo's radix indexer
 (docs/specs/index_blend.md Parts A-C); the choices where they disagree (Part E) are in
-:mod:`kvlab.index.base` and docs/README.md.
+:mod:`kvlab.index.base` and docs/README.md. Why a fault-free index still under-credits pods
+(vLLM's per-copy ``BlockRemoved``, llm-d's unknown-parent rule) and the options that fix
+each: docs/index_truth.md.
 
 ==================================  ==============================  ===========================================
 piece                               models                          in → out
