@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from kvlab.events import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
+from kvlab.index import EventIngestor, SeqGap
 from kvlab.index.faults import Delivery, DeliveryReplay, FaultInjector
-from kvlab.index.ingest import EventIngestor, SeqGap
 from kvlab.index.memory import InMemoryIndex
 
 BS = 4

@@ -23,7 +23,7 @@ from kvlab.engines.vllm.request import Request
 from kvlab.events import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, decode_frames, encode_frames
 from kvlab.hashing import RequestExtras, sim
 from kvlab.hashing.llmd_hash import LlmdHasher
-from kvlab.index.ingest import EventError, EventIngestor, SeqGap, parse_topic
+from kvlab.index import EventError, EventIngestor, SeqGap, parse_topic
 from kvlab.index.memory import InMemoryIndex
 from kvlab.index.radix import RadixIndex
 from kvlab.index.types import PodEntry

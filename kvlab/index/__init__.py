@@ -2,7 +2,9 @@
 
 Models llm-d's ``kvblock`` index and KV-events pool, Opal's KVBM and Dynamo's radix indexer
 (docs/specs/index_blend.md Parts A-C); the choices where they disagree (Part E) are in
-:mod:`kvlab.index.base` and docs/README.md.
+:mod:`kvlab.index.base` and docs/README.md. Why a fault-free index still under-credits pods
+(vLLM's per-copy ``BlockRemoved``, llm-d's unknown-parent rule) and the options that fix
+each: docs/index_truth.md.
 
 ==================================  ==============================  ===========================================
 piece                               models                          in → out
@@ -13,6 +15,7 @@ piece                               models                          in → out
 :class:`RedisIndex`                 llm-d Redis (L13)               a real Redis server, llm-d's key layout
 :class:`RadixIndex`                 Dynamo indexer (D2-D7)          radix tree, parent rule, cascade
 :class:`EventIngestor`              llm-d event pool (L17-L19)      KV-event batches → index, seq gaps
+:class:`DeferredStores`             kvlab (an unknown parent)       stores held until their parent is mapped
 :class:`FaultInjector`              Opal coalescing (O8/O26) + net  delay, loss, duplicates, reorder, restarts
 :class:`LongestPrefixScorer`        llm-d scorer (L20/L21)          tier-weighted consecutive prefix
 :class:`MaxPrefixScorer`            Opal MaxPrefix (O5/O11)         matched fraction, random ties (O12 fixed)
@@ -25,8 +28,10 @@ piece                               models                          in → out
 
 from kvlab.index.base import DEFAULT_SPECULATIVE_TTL_S, LOOKUP_STOPS, Index, engine_mapping, entry_sort_key
 from kvlab.index.cluster import RouteConfig, RouteSummary, route_requests, trace_token_ids
+from kvlab.index.deferred import DEFAULT_MAX_DEFERRED, DeferredStores, HeldStore
 from kvlab.index.faults import Delivery, DeliveryReplay, FaultInjector
-from kvlab.index.ingest import EventIngestor, IngestStats, SeqGap, parse_topic
+from kvlab.index.ingest import UNKNOWN_PARENT_MODES, EventIngestor, parse_topic
+from kvlab.index.ingest_stats import DEFERRED_FATES, EventError, IngestStats, SeqGap
 from kvlab.index.memory import DEFAULT_INDEX_SIZE, DEFAULT_POD_CACHE_SIZE, InMemoryIndex
 from kvlab.index.radix import ParentNotFoundError, RadixIndex
 from kvlab.index.redis_index import DEFAULT_REDIS_URL, LocalRedisServer, RedisIndex
@@ -55,24 +60,30 @@ from kvlab.index.types import (
 
 __all__ = [
     "DEFAULT_INDEX_SIZE",
+    "DEFAULT_MAX_DEFERRED",
     "DEFAULT_POD_CACHE_SIZE",
     "DEFAULT_REDIS_URL",
     "DEFAULT_SPECULATIVE_TTL_S",
     "DEFAULT_TIER",
     "DEFAULT_TIER_WEIGHTS",
+    "DEFERRED_FATES",
     "ENGINE_KEY",
     "KEY_TYPES",
     "KNOWN_TIERS",
     "LOOKUP_STOPS",
     "REQUEST_KEY",
     "SCORERS",
+    "UNKNOWN_PARENT_MODES",
     "CacheAwareScorer",
+    "DeferredStores",
     "Delivery",
     "DeliveryReplay",
     "DynamoCostScorer",
+    "EventError",
     "EventIngestor",
     "FaultInjector",
     "InMemoryIndex",
+    "HeldStore",
     "Index",
     "IngestStats",
     "LocalRedisServer",

@@ -9,6 +9,15 @@ what the pods' KV events told it — through a :class:`~kvlab.index.faults.Fault
 Every routing decision is checked against the pods' real cache state (their block pools):
 a choice is *wrong* when another pod really held a longer prefix of the request.
 
+Without faults the index still under-credits pods under eviction, by two upstream rules
+(docs/index_truth.md): vLLM 0.33 publishes a ``BlockRemoved`` for every evicted *copy* of
+a block (a fully cached prompt's last block is recomputed into a second copy), so the
+index forgets a block the pod still holds; and llm-d then skips every later store that
+chains from the forgotten block (its parent is unknown). Both are options, faithful by
+default: ``removed_events="last_copy"`` (vLLM's open fix) makes the index equal the pools
+after every step; ``unknown_parent="defer"`` holds such stores until the parent is mapped
+again. The summary counts what each rule cost.
+
 Requests need token ids (the index hashes tokens, rule L18): :func:`trace_token_ids` makes
 them from a trace's block keys (one block key → ``block_size`` tokens, the same
 tokens for the same key, so prefix sharing is kept).
@@ -25,14 +34,14 @@ import numpy as np
 import polars as pl
 
 from kvlab.core.result import RunResult, RunSummary, timeline_frame, to_jsonable
-from kvlab.core.validate import check_count, check_positive
-from kvlab.engines.vllm.block_pool import BlockPool
+from kvlab.core.validate import check_choice, check_count, check_positive
+from kvlab.engines.vllm.block_pool import REMOVED_EVENTS, BlockPool
 from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
 from kvlab.engines.vllm.request import Request
 from kvlab.events.types import EventBatch
 from kvlab.hashing import get_hasher
 from kvlab.index.faults import Delivery, FaultInjector
-from kvlab.index.ingest import EventIngestor
+from kvlab.index.ingest import UNKNOWN_PARENT_MODES, EventIngestor
 from kvlab.index.memory import InMemoryIndex
 from kvlab.index.scorers import LongestPrefixScorer, Scorer
 from kvlab.index.select import PodLoad
@@ -104,10 +113,15 @@ class RouteConfig:
         scorer: the routing rule (``None``: llm-d's :class:`~kvlab.index.scorers.LongestPrefixScorer`).
         faults: what happens to KV events on the way to the index (``None``: delivered at once).
         seed: the router's tie-breaking seed (≥ 0).
+        removed_events: the pods' :class:`~kvlab.engines.vllm.block_pool.BlockPool` rule:
+            ``"every_copy"`` (vLLM 0.33, default) or ``"last_copy"`` (the upstream fix).
+        unknown_parent: the ingestor's rule for a store whose parent it does not know:
+            ``"drop"`` (llm-d, default) or ``"defer"`` (:class:`~kvlab.index.EventIngestor`).
 
     Raises:
         ValueError: a bad count or seed, a scorer that is not a :class:`~kvlab.index.scorers.Scorer`,
-            faults that are not a :class:`~kvlab.index.faults.FaultInjector`.
+            faults that are not a :class:`~kvlab.index.faults.FaultInjector`, an unknown
+            ``removed_events`` or ``unknown_parent``.
 
     Example:
         >>> RouteConfig(num_pods=3).to_dict()["scorer"]
@@ -120,11 +134,15 @@ class RouteConfig:
     scorer: Scorer | None = None
     faults: FaultInjector | None = None
     seed: int = 0
+    removed_events: str = "every_copy"
+    unknown_parent: str = "drop"
 
     def __post_init__(self) -> None:
         for name in ("num_pods", "capacity_blocks", "block_size"):
             object.__setattr__(self, name, check_positive(name, getattr(self, name)))
         object.__setattr__(self, "seed", check_count("seed", self.seed))
+        check_choice("removed_events", self.removed_events, REMOVED_EVENTS)
+        check_choice("unknown_parent", self.unknown_parent, UNKNOWN_PARENT_MODES)
         if self.scorer is None:
             object.__setattr__(self, "scorer", LongestPrefixScorer())
         if not isinstance(self.scorer, Scorer):
@@ -136,7 +154,8 @@ class RouteConfig:
         """The configuration as JSON types; the scorer and the fault injector as their type and options."""
         return {"num_pods": self.num_pods, "capacity_blocks": self.capacity_blocks,
                 "block_size": self.block_size, "scorer": _options(self.scorer),
-                "faults": None if self.faults is None else _options(self.faults), "seed": self.seed}
+                "faults": None if self.faults is None else _options(self.faults), "seed": self.seed,
+                "removed_events": self.removed_events, "unknown_parent": self.unknown_parent}
 
 
 def _options(obj: object) -> dict[str, object]:
@@ -153,7 +172,13 @@ class RouteSummary(RunSummary):
     ``token_hit_ratio``; ``rejected_requests`` (prompts larger than a pod); the shares of
     requests whose choice was ``wrong`` and whose pick the index ``under-`` or
     ``over_credited``; ``missed_blocks`` (prefix blocks the best pod held beyond the pick's);
-    ``messages`` (KV-event messages the pods sent). Shares are 0.0 for an empty trace.
+    ``messages`` (KV-event messages the pods sent). What the two upstream rules cost
+    (docs/index_truth.md): ``copy_evictions`` (evicted copies of a block another copy of
+    which stayed cached: each published a ``BlockRemoved`` under ``removed_events=
+    "every_copy"``), ``dropped_stores`` and ``dropped_blocks`` (stores, and their
+    canonical blocks, an unknown parent kept out of the index for good: dropped, overflowed,
+    cleared, or still held at the end), ``deferred_stores`` (held under ``unknown_parent=
+    "defer"``; ``resolved_stores`` of them applied later). Shares are 0.0 for an empty trace.
 
     Example:
         >>> RouteSummary.driver
@@ -174,10 +199,16 @@ class RouteSummary(RunSummary):
     over_credited_share: float
     missed_blocks: int
     messages: int
+    copy_evictions: int
+    dropped_stores: int
+    dropped_blocks: int
+    deferred_stores: int
+    resolved_stores: int
 
 
 def route_requests(trace: Trace, *, num_pods: int = 2, capacity_blocks: int = 1_000, block_size: int = 16,
-                   scorer: Scorer | None = None, faults: FaultInjector | None = None, seed: int = 0) -> RunResult:
+                   scorer: Scorer | None = None, faults: FaultInjector | None = None, seed: int = 0,
+                   removed_events: str = "every_copy", unknown_parent: str = "drop") -> RunResult:
     """Route ``trace``'s requests over ``num_pods`` pods by a global index fed through ``faults``.
 
     Per request, in arrival order: deliver the events due by its arrival to the index;
@@ -190,8 +221,8 @@ def route_requests(trace: Trace, *, num_pods: int = 2, capacity_blocks: int = 1_
 
     Args:
         trace: the requests (``request_id``, ``arrival_s`` and the prompts).
-        num_pods, capacity_blocks, block_size, scorer, faults, seed: as
-            :class:`RouteConfig`. ``faults`` is called once per message, so its ``swap_p``
+        num_pods, capacity_blocks, block_size, scorer, faults, seed, removed_events, unknown_parent:
+            as :class:`RouteConfig`. ``faults`` is called once per message, so its ``swap_p``
             (pairs of deliveries) has no effect here.
 
     Returns:
@@ -220,7 +251,8 @@ def route_requests(trace: Trace, *, num_pods: int = 2, capacity_blocks: int = 1_
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
     config = RouteConfig(num_pods=num_pods, capacity_blocks=capacity_blocks, block_size=block_size,
-                         scorer=scorer, faults=faults, seed=seed)
+                         scorer=scorer, faults=faults, seed=seed, removed_events=removed_events,
+                         unknown_parent=unknown_parent)
     size = config.block_size
     token_ids = ([np.asarray(t, dtype=np.uint32) for t in trace.frame["token_ids"].to_list()]
                  if "token_ids" in trace.frame.columns else trace_token_ids(trace, size))
@@ -228,10 +260,11 @@ def route_requests(trace: Trace, *, num_pods: int = 2, capacity_blocks: int = 1_
     engine_hasher = get_hasher("vllm", block_size=size)
     managers = {}
     for pod in pods:
-        pool = BlockPool(config.capacity_blocks + 1, block_size=size, enable_kv_cache_events=True)
+        pool = BlockPool(config.capacity_blocks + 1, block_size=size, enable_kv_cache_events=True,
+                         removed_events=config.removed_events)
         managers[pod] = KVCacheManager(pool, block_size=size)
     index = InMemoryIndex()
-    ingestor = EventIngestor(index, block_size=size)
+    ingestor = EventIngestor(index, block_size=size, unknown_parent=config.unknown_parent)
     pending: list[tuple[float, int, Delivery]] = []
     seqs = dict.fromkeys(pods, 0)
     rng = np.random.default_rng(config.seed)
@@ -274,8 +307,9 @@ def route_requests(trace: Trace, *, num_pods: int = 2, capacity_blocks: int = 1_
                      "wrong": true[pod] < max(true.values()), "prompt_blocks": len(keys)})
     requests = pl.concat([trace.frame.select("request_id", "arrival_s"), pl.DataFrame(rows, schema=_ROW_SCHEMA)],
                          how="horizontal")
-    return RunResult(requests, _timeline(requests, pods, used, config), _summary(trace.source, config, requests,
-                                                                                   sum(seqs.values())), config)
+    costs = _rule_costs(ingestor, sum(managers[p].block_pool.num_copy_evictions for p in pods))
+    return RunResult(requests, _timeline(requests, pods, used, config),
+                     _summary(trace.source, config, requests, sum(seqs.values()), costs), config)
 
 
 _ROW_SCHEMA = {"input_tokens": pl.Int64, "hit_blocks": pl.Int64, "hit_tokens": pl.Int64, "rejected": pl.Boolean,
@@ -296,7 +330,19 @@ def _timeline(requests: pl.DataFrame, pods: list[str], used: dict[str, list[int]
     }) for pod in pods])
 
 
-def _summary(source: str, config: RouteConfig, requests: pl.DataFrame, messages: int) -> RouteSummary:
+def _rule_costs(ingestor: EventIngestor, copy_evictions: int) -> dict[str, int]:
+    """The :class:`RouteSummary` counters of the two upstream rules (see its docstring)."""
+    stats, pending = ingestor.stats, ingestor.pending_stores
+    return {"copy_evictions": copy_evictions,
+            "dropped_stores": (stats.skipped["unknown_parent"] + stats.deferred["overflow"]
+                               + stats.deferred["cleared"] + len(pending)),
+            "dropped_blocks": (sum(stats.dropped_blocks.values())
+                               + sum(len(h.event.token_ids) // ingestor.block_size for h in pending)),
+            "deferred_stores": stats.skipped["deferred"], "resolved_stores": stats.deferred["resolved"]}
+
+
+def _summary(source: str, config: RouteConfig, requests: pl.DataFrame, messages: int,
+             costs: dict[str, int]) -> RouteSummary:
     n = requests.height
     inputs, hit_tokens = int(requests["input_tokens"].sum()), int(requests["hit_tokens"].sum())
     credited, true = requests["index_prefix_blocks"], requests["true_prefix_blocks"]
@@ -307,4 +353,4 @@ def _summary(source: str, config: RouteConfig, requests: pl.DataFrame, messages:
         wrong_share=float(requests["wrong"].mean()) if n else 0.0,
         under_credited_share=float((credited < true).mean()) if n else 0.0,
         over_credited_share=float((credited > true).mean()) if n else 0.0,
-        missed_blocks=int((requests["best_true_prefix_blocks"] - true).sum()), messages=messages)
+        missed_blocks=int((requests["best_true_prefix_blocks"] - true).sum()), messages=messages, **costs)

@@ -4,7 +4,9 @@ Models llm-d ``pkg/kvevents/pool.go`` :: ``processEventBatch`` / ``handleDeviceT
 (docs/specs/index_blend.md §A.4-A.6, rules L17-L19). Per event, in batch order:
 
 * ``BlockStored`` with tokens: the parent engine key (if any) must resolve through
-  :meth:`~kvlab.index.Index.get_request_key`, else the event is skipped; request keys are
+  :meth:`~kvlab.index.Index.get_request_key`, else the event is skipped (``unknown_parent=
+  "drop"``, llm-d) or held until a store maps that key (``"defer"``, kvlab's recovery:
+  :mod:`kvlab.index.deferred`); request keys are
   recomputed from the tokens at the canonical block size (:class:`~kvlab.hashing.llmd_hash.LlmdHasher`,
   rule L18: the chain starts at the parent's request key, or at the root of the LoRA name,
   else of the topic's model); a trailing partial canonical block gets no key; tokens shorter
@@ -17,6 +19,12 @@ Models llm-d ``pkg/kvevents/pool.go`` :: ``processEventBatch`` / ``handleDeviceT
   kvlab extension, issue 7; llm-d logs the tier and clears all, L19).
 
 Choices where llm-d is silent or kvlab differs (documented, tested):
+
+* An unknown parent drops the whole chain under llm-d's rule: a later store chaining from
+  the skipped blocks names a parent that is unknown too. Both modes count what they keep
+  out of the index: stores (:attr:`IngestStats.skipped`, :attr:`IngestStats.deferred`) and
+  canonical blocks (:attr:`IngestStats.dropped_blocks`); held stores are
+  :attr:`EventIngestor.pending_stores` (docs/index_truth.md).
 
 * Sequence numbers (llm-d does not check them) are tracked per publisher, the pair
   (pod, ``data_parallel_rank``): vLLM's DP ranks publish separately, each from seq 0. A
@@ -46,88 +54,22 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from kvlab.core.validate import check_flag, check_str, check_u64
+from kvlab.core.validate import check_choice, check_flag, check_str, check_u64
 from kvlab.events.types import BlockRemoved, BlockStored, EventBatch
 from kvlab.events.wire import DecodedBatch
 from kvlab.hashing.llmd_hash import LlmdHasher
 from kvlab.index.base import Index
+from kvlab.index.deferred import DEFAULT_MAX_DEFERRED, DeferredStores, HeldStore
+from kvlab.index.ingest_stats import SKIP_REASONS, EventError, IngestStats, SeqGap
 from kvlab.index.types import ENGINE_KEY, PodEntry, tier_of_medium
 
-#: What :meth:`EventIngestor.ingest_batch` did with a batch.
-BATCH_OUTCOMES = ("applied", "gap", "restart", "duplicate", "late")
-#: Why an event applied nothing (keys of :attr:`IngestStats.skipped`).
-SKIP_REASONS = ("unknown_parent", "partial_block", "unresolved_tier_update", "empty", "error")
+#: What :class:`EventIngestor` does with a store whose parent it does not know:
+#: ``"drop"`` it (llm-d) or ``"defer"`` it until a store maps the parent.
+UNKNOWN_PARENT_MODES = ("drop", "defer")
 #: The topic prefix of llm-d's sharding key (``kv@<pod-id>@<model>``, rule L19).
 TOPIC_PREFIX = "kv"
-
-
-@dataclass(frozen=True)
-class SeqGap:
-    """Batches a publisher skipped: seqs ``expected_seq .. got_seq - 1`` never arrived in time.
-
-    Attributes:
-        pod: the publishing pod.
-        expected_seq: the seq the ingestor waited for.
-        got_seq: the seq that arrived instead (> ``expected_seq``).
-        data_parallel_rank: the publisher's DP rank (``None`` when the batch had none).
-    """
-
-    pod: str
-    expected_seq: int
-    got_seq: int
-    data_parallel_rank: int | None = None
-
-
-@dataclass(frozen=True)
-class EventError:
-    """An event the index refused (it raised); the rest of its batch was applied.
-
-    Attributes:
-        pod: the publishing pod.
-        seq: the batch's sequence number.
-        event_index: the event's 0-based position in the batch.
-        event_type: ``"BlockStored"``, ``"BlockRemoved"`` or ``"AllBlocksCleared"``.
-        message: the error's type and text.
-    """
-
-    pod: str
-    seq: int
-    event_index: int
-    event_type: str
-    message: str
-
-
-@dataclass
-class IngestStats:
-    """Counters of an :class:`EventIngestor` (kept apart from the index state).
-
-    Attributes:
-        batches: batches by outcome (:data:`BATCH_OUTCOMES`).
-        applied: events applied, by kind: ``"BlockStored"``, ``"tier_update"``,
-            ``"BlockRemoved"``, ``"AllBlocksCleared"``.
-        skipped: events that applied nothing, by reason (:data:`SKIP_REASONS`).
-        unresolved_engine_keys: engine keys of tier updates that no request key maps.
-        unmapped_engine_keys: engine keys past a store's last full canonical block.
-        extra_keys_ignored: stores whose ``extra_keys`` held a non-null entry (not hashed).
-        gaps: every gap, in order found.
-        errors: every refused event, in order.
-        pods: per pod, counts of ``"batches"`` (applied), ``"gaps"``, ``"missed_seqs"``
-            (total width of the gaps), ``"duplicates"``, ``"late"``, ``"restarts"``.
-        last_seq: the last applied seq per publisher ``(pod, data_parallel_rank)``.
-    """
-
-    batches: Counter = field(default_factory=Counter)
-    applied: Counter = field(default_factory=Counter)
-    skipped: Counter = field(default_factory=Counter)
-    unresolved_engine_keys: int = 0
-    unmapped_engine_keys: int = 0
-    extra_keys_ignored: int = 0
-    gaps: list[SeqGap] = field(default_factory=list)
-    errors: list[EventError] = field(default_factory=list)
-    pods: dict[str, Counter] = field(default_factory=dict)
-    last_seq: dict[tuple[str, int | None], int] = field(default_factory=dict)
 
 
 @dataclass
@@ -175,6 +117,10 @@ class EventIngestor:
         initial_seq: the seq a publisher's first batch should carry (``0`` for a stream
             recorded from its start: a higher first seq is a gap); ``None``: the first
             batch seen sets the baseline (a subscriber joining a running publisher).
+        unknown_parent: ``"drop"`` (llm-d: skip a store whose parent engine key is
+            unknown) or ``"defer"`` (hold it until a store maps the parent; see
+            :mod:`kvlab.index.deferred`).
+        max_deferred: stores held at most under ``"defer"`` (the oldest is dropped, counted).
 
     Attributes:
         stats: the :class:`IngestStats`.
@@ -182,7 +128,8 @@ class EventIngestor:
 
     Raises:
         ValueError: ``index`` not an Index, ``hasher`` given with the other hashing
-            arguments, a bad block size, seed, model name or ``initial_seq``.
+            arguments, a bad block size, seed, model name, ``initial_seq``,
+            ``unknown_parent`` or ``max_deferred``.
 
     Example:
         >>> from kvlab.index.memory import InMemoryIndex
@@ -202,7 +149,8 @@ class EventIngestor:
     def __init__(self, index: Index, *, block_size: int | None = None, hash_seed: str | None = None,
                  model_name: str | None = None, hasher: LlmdHasher | None = None,
                  on_gap: Callable[[str, int, int], object] | None = None, use_groups: bool = True,
-                 initial_seq: int | None = None) -> None:
+                 initial_seq: int | None = None, unknown_parent: str = "drop",
+                 max_deferred: int = DEFAULT_MAX_DEFERRED) -> None:
         if not isinstance(index, Index):
             raise ValueError(f"index must be a kvlab.index.Index, got {type(index).__name__}")
         if hasher is None:
@@ -220,6 +168,8 @@ class EventIngestor:
         self.on_gap = on_gap
         self.use_groups = use_groups
         self.initial_seq = None if initial_seq is None else check_u64("initial_seq", initial_seq)
+        self.unknown_parent = check_choice("unknown_parent", unknown_parent, UNKNOWN_PARENT_MODES)
+        self._deferred = DeferredStores(max_deferred)  # checks max_deferred; used under "defer" only
         self.stats = IngestStats()
         self._publishers: dict[tuple[str, int | None], _Publisher] = {}
 
@@ -227,6 +177,16 @@ class EventIngestor:
     def block_size(self) -> int:
         """The canonical block size (tokens per request key)."""
         return self.hasher.block_size
+
+    @property
+    def max_deferred(self) -> int:
+        """Stores held at most under ``unknown_parent="defer"``."""
+        return self._deferred.max_stores
+
+    @property
+    def pending_stores(self) -> list[HeldStore]:
+        """The stores held now for a parent not yet mapped, oldest first (``"defer"`` only)."""
+        return self._deferred.held()
 
     # ---- batches ----------------------------------------------------------------------
     def ingest(self, message: DecodedBatch) -> str:
@@ -292,6 +252,7 @@ class EventIngestor:
             if batch.ts <= state.last_ts:
                 return "late" if any(lo <= seq < hi for lo, hi in state.missing) else "duplicate"
             self.index.clear(pod)
+            self._drop_held(self._deferred.drop_pod(pod), "cleared")
             self.stats.pods.setdefault(pod, Counter())["restarts"] += 1
             state.expected, state.missing = 0, []
             outcome = "restart"
@@ -314,38 +275,45 @@ class EventIngestor:
     # ---- events -----------------------------------------------------------------------
     def _apply(self, pod: str, seq: int, i: int, event: object, model: str | None) -> None:
         try:
-            kind = self._apply_event(pod, event, model)
+            kind = self._apply_event(pod, seq, i, event, model)
         except (ValueError, LookupError) as err:
-            self.stats.errors.append(EventError(pod, seq, i, type(event).__name__, f"{type(err).__name__}: {err}"))
-            self.stats.skipped["error"] += 1
+            self._error(pod, seq, i, event, err)
             return
         if kind in SKIP_REASONS:
             self.stats.skipped[kind] += 1
         else:
             self.stats.applied[kind] += 1
 
+    def _error(self, pod: str, seq: int, i: int, event: object, err: Exception) -> None:
+        self.stats.errors.append(EventError(pod, seq, i, type(event).__name__, f"{type(err).__name__}: {err}"))
+        self.stats.skipped["error"] += 1
+
     def _entry(self, pod: str, medium: str | None, group_idx: int | None) -> PodEntry:
         return PodEntry(pod, tier_of_medium(medium), group=group_idx if self.use_groups else None)
 
-    def _apply_event(self, pod: str, event: object, model: str | None) -> str:
+    def _apply_event(self, pod: str, seq: int, i: int, event: object, model: str | None) -> str:
         """Apply one event; the kind applied or the reason it was skipped."""
         if isinstance(event, BlockStored):
-            return self._store(pod, event, model)
+            return self._store(pod, seq, i, event, model)
         if isinstance(event, BlockRemoved):
             entry = self._entry(pod, event.medium, event.group_idx)
             for key in event.block_keys_u64():
                 self.index.evict(key, ENGINE_KEY, [entry])
+                if self._deferred:  # only held stores need the note
+                    self._deferred.note_removed(key, entry)
             return "BlockRemoved"
         medium = getattr(event, "medium", None)  # AllBlocksCleared (EventBatch admits only the three)
-        self.index.clear(pod, None if medium is None else tier_of_medium(medium))
+        tier = None if medium is None else tier_of_medium(medium)
+        self.index.clear(pod, tier)
+        self._drop_held(self._deferred.drop_pod(pod, tier), "cleared")
         return "AllBlocksCleared"
 
-    def _store(self, pod: str, event: BlockStored, model: str | None) -> str:
-        """Rules L17-L19 for one ``BlockStored``."""
+    def _store(self, pod: str, seq: int, i: int, event: BlockStored, model: str | None) -> str:
+        """Rules L17-L19 for one ``BlockStored``; an unknown parent as ``unknown_parent`` says."""
         entry = self._entry(pod, event.medium, event.group_idx)
-        engine_keys = list(event.block_keys_u64())
+        engine_keys = event.block_keys_u64()
         if not event.token_ids:
-            return self._tier_update(engine_keys, entry) if engine_keys else "empty"
+            return self._tier_update(list(engine_keys), entry) if engine_keys else "empty"
         if event.extra_keys is not None and any(e is not None for e in event.extra_keys):
             self.stats.extra_keys_ignored += 1
         parent_engine = event.parent_key_u64()
@@ -353,14 +321,52 @@ class EventIngestor:
         if parent_engine:  # None or 0 (llm-d EmptyBlockHash): the chain starts at the root
             parent = self.index.get_request_key(parent_engine)
             if parent is None:
-                return "unknown_parent"
+                if self.unknown_parent == "drop":
+                    self.stats.dropped_blocks["unknown_parent"] += len(event.token_ids) // self.block_size
+                    return "unknown_parent"
+                held = HeldStore(pod, seq, i, entry, event, model, parent_engine, engine_keys)
+                self._drop_held(self._deferred.hold(held), "overflow")
+                return "deferred"
+        kind, mapped = self._add_store(entry, event, engine_keys, model, parent)
+        if self._deferred:
+            self._resolve(mapped)
+        return kind
+
+    def _add_store(self, entry: PodEntry, event: BlockStored, engine_keys: tuple[int, ...], model: str | None,
+                   parent: int | None) -> tuple[str, list[int]]:
+        """Add a store whose parent resolved to ``parent``; its kind and the engine keys it mapped."""
         start = parent if parent is not None else self.hasher.root_key(event.lora_name or model)
         request_keys = self.hasher.block_hashes(event.token_ids, parent_key=start)
         if not request_keys:
-            return "partial_block"
-        engine_keys = self._mapped_engine_keys(engine_keys, len(request_keys), event.block_size)
-        self.index.add(engine_keys, request_keys, [entry], parent=parent)
-        return "BlockStored"
+            return "partial_block", []
+        mapped = self._mapped_engine_keys(list(engine_keys), len(request_keys), event.block_size)
+        self.index.add(mapped, request_keys, [entry], parent=parent)
+        if self._deferred:
+            self._deferred.note_stored(mapped, entry)
+        return "BlockStored", mapped
+
+    def _resolve(self, mapped: list[int]) -> None:
+        """Apply the held stores waiting for the engine keys just mapped, and theirs in turn."""
+        queue = list(reversed(mapped))
+        while queue and self._deferred:
+            for held in self._deferred.release(queue.pop()):
+                try:  # the parent is mapped now: it resolves
+                    kind, keys = self._add_store(held.entry, held.event, held.engine_keys, held.model,
+                                                 self.index.get_request_key(held.parent))
+                    for key in held.removed:  # what the pod removed after the store
+                        self.index.evict(key, ENGINE_KEY, [held.entry])
+                except (ValueError, LookupError) as err:
+                    self._error(held.pod, held.seq, held.event_index, held.event, err)
+                    continue
+                self.stats.deferred["resolved"] += 1
+                if kind != "BlockStored":
+                    self.stats.skipped[kind] += 1
+                queue.extend(reversed(keys))
+
+    def _drop_held(self, dropped: list[HeldStore], fate: str) -> None:
+        for held in dropped:
+            self.stats.deferred[fate] += 1
+            self.stats.dropped_blocks[fate] += len(held.event.token_ids) // self.block_size
 
     def _mapped_engine_keys(self, engine_keys: list[int], num_request: int, engine_block: int) -> list[int]:
         """The engine keys whose blocks lie inside the ``num_request`` full canonical blocks."""

@@ -15,6 +15,16 @@ blocks checks that they are this pool's own (:mod:`kvlab.engines.vllm.checks`).
 ``"current"``   unhashed blocks prepended to the head, hashed appended (PR #42656);
                 with caching disabled all prepended: LIFO reuse (PR #51482)
 ==============  ==========================================================================
+
+==================  ======================================================================
+``removed_events``  when lazy eviction or :meth:`BlockPool.evict_blocks` publishes ``BlockRemoved``
+==================  ======================================================================
+``"every_copy"``    for every evicted copy of a hash, even while another copy stays cached
+                    (vLLM 0.33 ``_emit_block_removed_events``); an index then forgets a
+                    block the pod still holds
+``"last_copy"``     only when the last cached copy of the hash goes (the open upstream fix,
+                    vllm-project/vllm PR #55092)
+==================  ======================================================================
 """
 
 from __future__ import annotations
@@ -32,6 +42,8 @@ from kvlab.hashing.base import check_block_size
 
 #: Accepted ``free_order`` values.
 FREE_ORDERS = ("classic", "current")
+#: Accepted ``removed_events`` values (module table).
+REMOVED_EVENTS = ("every_copy", "last_copy")
 #: The ``medium`` of every event a GPU block pool emits (vLLM ``MEDIUM_GPU``).
 MEDIUM_GPU = "GPU"
 
@@ -65,7 +77,7 @@ class BlockPool:
     first inserted copy still cached, as vLLM's dict does.
 
     Counters kept beside the state (kvlab's, for replay timelines):
-    :attr:`num_cached_blocks` and :attr:`num_evicted_blocks`.
+    :attr:`num_cached_blocks`, :attr:`num_evicted_blocks` and :attr:`num_copy_evictions`.
 
     Args:
         num_blocks: blocks, including the null block (an integer in ``[1, 2**31)``).
@@ -74,6 +86,8 @@ class BlockPool:
         free_order: ``"classic"`` or ``"current"`` (module table; rule V4).
         block_size: tokens per block; the ``block_size`` of ``BlockStored`` events.
         enable_kv_cache_events: queue KV events for :meth:`take_events` (a bool).
+        removed_events: ``"every_copy"`` (vLLM 0.33, the default) or ``"last_copy"`` (the
+            upstream fix): which evictions publish ``BlockRemoved`` (module table).
 
     Raises:
         ValueError: an invalid argument, naming it and its value. The methods taking
@@ -94,12 +108,14 @@ class BlockPool:
     """
 
     def __init__(self, num_blocks: int, *, enable_caching: bool = True, free_order: str = "current",
-                 block_size: int = 16, enable_kv_cache_events: bool = False) -> None:
+                 block_size: int = 16, enable_kv_cache_events: bool = False,
+                 removed_events: str = "every_copy") -> None:
         num_blocks = check_block_size(num_blocks, "num_blocks")
         self.enable_caching = check_flag("enable_caching", enable_caching)
         self.free_order = check_choice("free_order", free_order, FREE_ORDERS)
         self.block_size = check_block_size(block_size)
         self.enable_kv_cache_events = check_flag("enable_kv_cache_events", enable_kv_cache_events)
+        self.removed_events = check_choice("removed_events", removed_events, REMOVED_EVENTS)
         self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
         """Every block, indexed by id."""
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
@@ -112,6 +128,10 @@ class BlockPool:
         self.num_evicted_blocks = 0
         """Cache entries dropped so far by lazy eviction and :meth:`evict_blocks` (a reset
         is not counted; kvlab's counter)."""
+        self.num_copy_evictions = 0
+        """Of those, the ones that left another copy of the hash cached: each published a
+        ``BlockRemoved`` under ``removed_events="every_copy"``, none under ``"last_copy"``
+        (kvlab's counter)."""
         self._events: list[KVEvent] = []
 
     @property
@@ -218,7 +238,8 @@ class BlockPool:
         return out
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
-        """Drop ``block``'s hash-map entry and hash (and queue ``BlockRemoved``); False if uncached."""
+        """Drop ``block``'s hash-map entry and hash (and queue ``BlockRemoved`` as ``removed_events`` says); False if
+        uncached."""
         key = block.block_hash
         if key is None:
             return False
@@ -226,10 +247,12 @@ class BlockPool:
         del copies[block.block_id]
         if not copies:
             del self.cached_block_hash_to_block[key]
+        else:
+            self.num_copy_evictions += 1
         block.block_hash = None
         self.num_cached_blocks -= 1
         self.num_evicted_blocks += 1
-        if self.enable_kv_cache_events:
+        if self.enable_kv_cache_events and (not copies or self.removed_events == "every_copy"):
             self._events.append(BlockRemoved(block_hashes=[key], medium=MEDIUM_GPU))
         return True
 
