@@ -33,7 +33,8 @@ def load_trace(path: str | Path, *, block_size: int | None = None) -> Trace:
     Raises:
         FileNotFoundError: ``path`` is not an existing regular file nor a bundled name.
         TraceFormatError: the format is not recognised (the message lists the known
-            formats), or the reader found a bad record.
+            formats), or the reader found a bad record or keys that are not
+            prefix-chained (every reader checks, :func:`kvlab.traces.chain.check_chained_keys`).
         ValueError: ``block_size`` given for a Parquet trace, or not an integer >= 1.
 
     Example:
