@@ -247,3 +247,21 @@ def test_every_loader_rejects_keys_that_are_not_chained(tmp_path: Path, capsys: 
     with pytest.raises(TraceFormatError, match=r"t.jsonl:3: hash_ids\[1\]=2 follows id 3 here but id 1 at position 1 "
                                                r"on line 1: the ids are not prefix-chained"):
         load_trace(jsonl, block_size=4)
+
+
+def test_a_byte_order_mark_and_capital_suffixes_are_accepted(tmp_path: Path, synthetic) -> None:
+    """Issue 14 item 17: a UTF-8 BOM (Windows editors) and `.GZ` / `.PARQUET` names."""
+    import gzip
+
+    text = record() + "\n" + record(timestamp=5, hash_ids=[0, 2]) + "\n"
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(text)
+    assert load_trace(bom).frame.equals(load_trace(plain).frame)
+    packed = tmp_path / "T.JSONL.GZ"
+    packed.write_bytes(gzip.compress(b"\xef\xbb\xbf" + text.encode()))
+    assert load_trace(packed).frame.equals(load_trace(plain).frame)
+    upper = tmp_path / "S.PARQUET"
+    synthetic.write_parquet(upper)
+    assert load_trace(upper).frame.equals(synthetic.frame)
