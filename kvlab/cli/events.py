@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvlab.cli import _positive_int
+from kvlab.cli.files import STDIN_NAME, input_path
 from kvlab.events import (
     LAYOUTS,
     EventDecodeError,
@@ -111,8 +112,9 @@ def add_events_parser(sub: argparse._SubParsersAction) -> None:
     write = actions.add_parser("write", help="make an event file from a JSON description of a stream",
                                epilog=EXIT_STATUS)
     write.add_argument("--from-json", required=True, metavar="DESC.json", type=Path,
-                       help="a JSON list of messages: {pod, model, [seq], [ts], events: [...]}; a tier update is a "
-                            'BlockStored with "token_ids": [] (see kvlab.events.parse_event_description)')
+                       help="a JSON list of messages: {pod, model, [seq], [ts], events: [...]}, or - for stdin; a "
+                            'tier update is a BlockStored with "token_ids": [] (see README, '
+                            "kvlab.events.parse_event_description)")
     write.add_argument("out", type=Path, metavar="OUT.kvev", help="the event file to write (not a folder, not "
                                                                   "DESC.json)")
     write.add_argument("--layout", choices=LAYOUTS, default="map",
@@ -121,7 +123,7 @@ def add_events_parser(sub: argparse._SubParsersAction) -> None:
                                                "per pod and tier, sequence gaps and events not indexed",
                                 epilog=EXIT_STATUS)
     replay.add_argument("file", type=Path, metavar="FILE", help="an event file (kvlab events write, "
-                                                                "kvlab.events.write_event_file)")
+                                                                "kvlab.events.write_event_file), or - for stdin")
     replay.add_argument("--backend", type=parse_backend, default="memory", metavar="memory|HOST:PORT|URL",
                         help="the index: in memory (default, starts empty) or a Redis server, HOST:PORT or a "
                              "redis://, rediss://, valkey://, valkeys:// or unix:// URL; what the namespace "
@@ -156,11 +158,14 @@ def run_events(args: argparse.Namespace) -> int:
         FileNotFoundError: a missing input file.
     """
     if args.events_command == "write":
-        write_description(args.from_json, args.out, layout=args.layout)
+        with input_path(args.from_json, "--from-json", "cat desc.json | kvlab events write --from-json - "
+                                                       "OUT.kvev") as description:
+            write_description(description, args.out, layout=args.layout)
         return 0
-    report = replay_event_file(args.file, backend=args.backend, block_size=args.block_size,
-                               initial_seq=args.initial_seq, namespace=args.namespace, flush=args.flush)
-    print(json.dumps(report) if args.json else format_report(report, args.file))
+    with input_path(args.file, "FILE", "cat stream.kvev | kvlab events replay -") as path:
+        report = replay_event_file(path, backend=args.backend, block_size=args.block_size,
+                                   initial_seq=args.initial_seq, namespace=args.namespace, flush=args.flush)
+    print(json.dumps(report) if args.json else format_report(report, STDIN_NAME if path != args.file else path))
     missed = not_indexed(report)
     if args.strict and missed:
         print(f"kvlab: --strict: not everything was indexed: {', '.join(missed)}", file=sys.stderr)
