@@ -46,9 +46,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_tiers.py --out out/bench/bench_tiers.json
 	$(BIN)/python benchmarks/bench_import.py --out out/bench/bench_import.json
 
-## make lab — JupyterLab on the notebooks
+## make lab — JupyterLab on the notebooks (as root, how containers and workshop VMs run, with --allow-root)
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks
+	$(BIN)/jupyter lab notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 clean:
 	rm -rf $(VENV) out .hypothesis .ruff_cache

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -203,3 +208,137 @@ def test_replay_with_bad_tiers(capsys, argv, message) -> None:
         code = exit_info.code
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_rejections_appear_wherever_a_hit_ratio_does(capsys) -> None:
+    """Issue 14 item 11: 2,066 of the 3,993 synthetic requests need more than a 20-block pool."""
+    code, out, _ = run(capsys, "replay", "synthetic", "--mode", "vllm", "--capacity-blocks", "20")
+    assert code == 0
+    assert "rejected     2,066 of 3,993 requests never admitted (more blocks than the pool; counted as misses)" in out
+    code, out, _ = run(capsys, "sweep", "synthetic", "--mode", "vllm", "--capacities", "20,100000", "--serial")
+    header, *rows = out.splitlines()
+    assert code == 0 and header.split() == ["policy", "capacity", "(blocks)", "block", "hit", "token", "hit",
+                                            "rejected", "evictions"]
+    assert [row.split()[4] for row in rows] == ["2,066", "0"]
+    code, out, _ = run(capsys, "sweep", "synthetic", "--mode", "vllm", "--capacities", "20", "--json", "--serial")
+    assert [row["rejected_requests"] for row in json.loads(out)] == [2_066]
+
+
+def test_free_order_without_a_vllm_mode_is_refused(capsys) -> None:
+    """Issue 14 item 14: as --write-policy without --tier, not silently ignored."""
+    for argv in (["--free-order", "classic"], ["--free-order", "current", "--mode", "prefix"]):
+        code, out, err = run(capsys, "replay", "synthetic", *argv)
+        assert (code, out) == (2, "")
+        assert err == "kvlab: error: --free-order applies to vLLM's free queue: add --mode vllm (or --mode omlx)\n"
+    assert run(capsys, "replay", "synthetic", "--free-order", "classic", "--mode", "omlx", "--capacity-blocks",
+               "300", "--json")[0] == 0
+
+
+def every_option(parser, command: str = "kvlab"):
+    """(command, option, help) of every option and positional argument of every subcommand."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from every_option(sub, f"{command} {name}")
+        elif not isinstance(action, argparse._HelpAction):
+            yield command, "/".join(action.option_strings) or action.dest, action.help
+
+
+def test_every_option_is_described() -> None:
+    """Issue 14 item 17: `kvlab sweep --help` left --touch-order, --warmup-fraction, --hit-semantics, --mode bare."""
+    from kvlab.cli import build_parser
+
+    options = list(every_option(build_parser()))
+    assert ("kvlab sweep", "--hit-semantics") in {(c, o) for c, o, _ in options}
+    assert [(command, option) for command, option, text in options if not text] == []
+
+
+def kvlab_process(*argv: str, stdin: bytes = b"", **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kvlab.cli", *argv], input=stdin, capture_output=True,
+                          timeout=300, **kwargs)
+
+
+def test_dash_reads_stdin(tmp_path: Path, synthetic) -> None:
+    """Issue 14 item 17: `-` reads the trace (JSONL with a BOM, gzip, Parquet) or event input from stdin."""
+    lines = [json.dumps({"timestamp": t, "input_length": 20, "output_length": 1, "hash_ids": [1, 2]}) for t in (0, 1)]
+    text = ("\n".join(lines) + "\n").encode()
+    for data in (b"\xef\xbb\xbf" + text, gzip.compress(text)):
+        done = kvlab_process("info", "-", "--block-size", "16", "--json", stdin=data)
+        assert (done.returncode, done.stderr) == (0, b"")
+        stats = json.loads(done.stdout)
+        assert (stats["source"], stats["requests"], stats["block_refs"]) == ("<stdin>", 2, 4)
+    synthetic.head(10).write_parquet(tmp_path / "s.parquet")
+    done = kvlab_process("replay", "-", "--json", stdin=(tmp_path / "s.parquet").read_bytes())
+    assert done.returncode == 0 and json.loads(done.stdout)["source"] == synthetic.head(10).source
+    bad = kvlab_process("info", "-", "--block-size", "16", stdin=text + b'{"timestamp": 2}\n')
+    assert (bad.returncode, bad.stderr) == (2, b"kvlab: error: <stdin>:3: missing field 'input_length'\n")
+    empty = kvlab_process("info", "-")
+    assert (empty.returncode, empty.stderr) == (2, b"kvlab: error: TRACE '-': stdin is empty (nothing was piped in)\n")
+    description = [{"pod": "p", "model": "m", "events": [{"type": "AllBlocksCleared"}]}]
+    out = tmp_path / "s.kvev"
+    done = kvlab_process("events", "write", "--from-json", "-", str(out),
+                         stdin=b"\xef\xbb\xbf" + json.dumps(description).encode())
+    assert (done.returncode, done.stdout) == (0, f"wrote 1 message to {out}\n".encode())
+    done = kvlab_process("events", "replay", "-", "--strict", stdin=out.read_bytes())
+    assert done.returncode == 0 and done.stdout.decode().splitlines()[0] == "<stdin>: 1 batch: 1 applied"
+    broken = kvlab_process("events", "replay", "-", stdin=b"not an event file")
+    assert broken.returncode == 2 and broken.stderr.startswith(b"kvlab: error: <stdin>")
+    assert b"kvlab-stdin-" not in broken.stderr  # the temporary file is not named
+
+
+def test_dash_with_a_terminal_on_stdin_is_refused(capsys, monkeypatch) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal())
+    code, out, err = run(capsys, "info", "-")
+    assert (code, out) == (2, "")
+    assert err == ("kvlab: error: TRACE '-' reads stdin, which is a terminal: pipe the input in (e.g. zcat "
+                   "trace.jsonl.gz | kvlab info -) or give a file\n")
+
+
+def test_an_event_description_with_a_byte_order_mark(capsys, tmp_path: Path) -> None:
+    desc = tmp_path / "d.json"
+    desc.write_bytes(b"\xef\xbb\xbf" + json.dumps([{"pod": "p", "model": "m", "events": []}]).encode())
+    assert run(capsys, "events", "write", "--from-json", str(desc), str(tmp_path / "o.kvev"))[0] == 0
+
+
+def test_an_unwritable_out_fails_before_the_work(capsys, tmp_path: Path, monkeypatch) -> None:
+    """Issue 14 item 15: the replay ran, then writing failed. Checked first now (nothing replayed)."""
+    import kvlab.sim
+
+    def no_replay(*args, **kwargs):
+        raise AssertionError("the work started before --out was checked")
+
+    monkeypatch.setattr(kvlab.sim, "replay", no_replay)
+    monkeypatch.setattr(kvlab.sim, "sweep", no_replay)
+    if os.geteuid() == 0:  # root writes in any folder: a kernel file system refuses it
+        target = Path("/sys/kvlab-test-out")
+        if not Path("/sys").is_dir():
+            pytest.skip("no /sys to refuse a folder to root")
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        target = locked / "out"
+    for argv in (["replay", "synthetic"], ["sweep", "synthetic"]):
+        code, out, err = run(capsys, *argv, "--out", str(target))
+        assert (code, out) == (2, "")
+        assert err.startswith(f"kvlab: error: cannot write to {target}: ") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [["info", "conversation"], ["replay", "synthetic", "--json"], ["--help"],
+                                  ["sweep", "synthetic", "--capacities", "10,100", "--serial"]])
+def test_a_closed_stdout_ends_quietly(argv: list[str]) -> None:
+    """Issue 14 item 16: `kvlab ... | head` printed a BrokenPipeError traceback."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before kvlab writes: every write fails with EPIPE
+    try:
+        done = subprocess.run([sys.executable, "-m", "kvlab.cli", *argv], stdout=write, stderr=subprocess.PIPE,
+                              timeout=300)
+    finally:
+        os.close(write)
+    # as SIGPIPE would end it (argparse's --help ignores a failed write itself: 0)
+    assert (done.returncode, done.stderr) == (0 if argv == ["--help"] else 141, b"")

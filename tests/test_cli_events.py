@@ -88,12 +88,13 @@ def test_replay_text(capsys: pytest.CaptureFixture, event_file: Path) -> None:
     code, out, _ = run(capsys, "events", "replay", str(event_file), "--block-size", "4")
     lines = out.splitlines()
     assert code == 0
-    assert lines[:8] == [f"{event_file}: 5 applied, 1 duplicate, 1 gap",
+    assert lines[:8] == [f"{event_file}: 7 batches: 5 applied, 1 applied after a sequence gap, "
+                         "1 duplicate not applied",  # batches (messages) and events are counted apart
                          "pod         cpu       gpu",   # pods padded to the longest name, tiers 10 wide
                          "pod-a         2         0",
                          "pod-b         0         1",
-                         "events applied: 1 AllBlocksCleared, 1 BlockRemoved, 2 BlockStored, 1 tier_update",
-                         "events skipped: 1 error",
+                         "events applied: 5 (1 AllBlocksCleared, 1 BlockRemoved, 2 BlockStored, 1 tier_update)",
+                         "events skipped: 1 (1 error)",
                          "1 sequence gap",
                          "  pod-a: expected seq 2, got 5 (DP rank 0)"]
     assert lines[8] == "1 error" and lines[9].startswith("  message 4 event 0: ") and len(lines) == 10
@@ -115,8 +116,8 @@ def test_block_size_changes_the_request_keys(capsys: pytest.CaptureFixture, even
     code, out, _ = run(capsys, "events", "replay", str(event_file))
     assert code == 0 and out.splitlines()[1:5] == [
         "no blocks indexed",  # not a bare 'pod' header
-        "events applied: 1 AllBlocksCleared, 1 BlockRemoved",
-        "events skipped: 1 error, 2 partial_block, 1 unresolved_tier_update",
+        "events applied: 2 (1 AllBlocksCleared, 1 BlockRemoved)",
+        "events skipped: 4 (1 error, 2 partial_block, 1 unresolved_tier_update)",
         "engine keys not indexed: 2 unresolved (tier updates)"]
 
 
@@ -192,9 +193,9 @@ def write_description(capsys: pytest.CaptureFixture, folder: Path, name: str, de
 def test_strict_exits_1_when_anything_was_not_indexed(capsys: pytest.CaptureFixture, event_file: Path,
                                                       tmp_path: Path) -> None:
     code, out, err = run(capsys, "events", "replay", str(event_file), "--block-size", "4", "--strict", "--json")
-    assert (code, err) == (1, "kvlab: --strict: not everything was indexed: 1 error\n")
+    assert (code, err) == (1, "kvlab: --strict: not everything was indexed: 1 sequence gap, 1 error\n")
     assert json.loads(out)["pods"] == EXPECTED_PODS  # the report is printed all the same
-    clean = write_description(capsys, tmp_path, "clean", DESCRIPTION[:4])
+    clean = write_description(capsys, tmp_path, "clean", DESCRIPTION[:3])  # before the gap
     assert run(capsys, "events", "replay", str(clean), "--block-size", "4", "--strict")[0] == 0
     # 12 tokens in 4-token engine blocks, canonical 8: one request key, engine key 33 past it (unmapped);
     # the store carries extra_keys (not hashed); a store chained to an unknown parent is skipped
@@ -212,7 +213,7 @@ def test_strict_exits_1_when_anything_was_not_indexed(capsys: pytest.CaptureFixt
     code, out, err = run(capsys, "events", "replay", str(lossy), "--block-size", "8", "--strict")
     assert code == 1 and err == ("kvlab: --strict: not everything was indexed: 1 event skipped (1 unknown_parent), "
                                  "1 unmapped engine key, 1 store with extra_keys ignored\n")
-    assert out.splitlines()[3:7] == ["events applied: 1 BlockStored", "events skipped: 1 unknown_parent",
+    assert out.splitlines()[3:7] == ["events applied: 1 (1 BlockStored)", "events skipped: 1 (1 unknown_parent)",
                                      "engine keys not indexed: 1 unmapped (past the last full canonical block)",
                                      "extra_keys ignored (not hashed) in 1 store"]
 
@@ -379,3 +380,24 @@ def test_replay_into_a_redis_namespace_with_flush(capsys: pytest.CaptureFixture,
             assert dict(root.items()) == {7: (PodEntry("pod-root"),)}
         finally:
             root.client.flushdb()
+
+
+def test_a_sequence_gap_fails_strict_and_batches_are_not_events(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    """Issue 14 item 13: seq 1 then 5 exited 0 under --strict, and the text said "1 applied" (a batch)
+    above "events applied: none". The batches in a gap were lost: --strict fails; the text names both."""
+    gap = write_description(capsys, tmp_path, "gap", [
+        {"pod": "pod-a", "model": "m", "seq": 1, "events": []},
+        {"pod": "pod-a", "model": "m", "seq": 5, "events": []}])
+    code, out, err = run(capsys, "events", "replay", str(gap), "--strict")
+    assert code == 1 and err == "kvlab: --strict: not everything was indexed: 1 sequence gap\n"
+    assert out.splitlines() == [f"{gap}: 2 batches: 1 applied, 1 applied after a sequence gap", "no blocks indexed",
+                                "events applied: none", "events skipped: none", "1 sequence gap",
+                                "  pod-a: expected seq 2, got 5 (DP rank 0)"]
+    # seq 3 arrives after the gap [2, 5) was reported: a late batch, never applied
+    late = write_description(capsys, tmp_path, "late", [
+        {"pod": "pod-a", "model": "m", "seq": 1, "events": []},
+        {"pod": "pod-a", "model": "m", "seq": 5, "events": []},
+        {"pod": "pod-a", "model": "m", "seq": 3, "events": [{"type": "AllBlocksCleared"}]}])
+    code, out, err = run(capsys, "events", "replay", str(late), "--strict")
+    assert code == 1 and err.endswith("1 sequence gap, 1 late batch not applied\n")
+    assert out.splitlines()[0] == f"{late}: 3 batches: 1 applied, 1 applied after a sequence gap, 1 late not applied"

@@ -27,7 +27,14 @@ def parse_table(out: str) -> dict[tuple[str, int | None], tuple[float, float, in
 
 def test_demo_writes_figures_and_prints_table(tmp_path: Path, capsys) -> None:
     assert main(["demo", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    # issue 14 item 18: progress on stderr, a step per trace and per figure (it printed nothing for 70 s)
+    steps = [step.split("  ")[0].rstrip(":") for step in err.replace("\r", "\n").splitlines() if step.strip()]
+    for step in ("conversation: load, sweep 9 capacities", "conversation: occupancy at 10,000 blocks",
+                 "synthetic: load, sweep 9 capacities", "synthetic: occupancy at 10,000 blocks",
+                 "hit ratio vs capacity"):
+        assert step in steps, step
+    assert "5/5" in err  # all 5 steps done
     names = {p.name for p in tmp_path.iterdir()}
     for stem in ("conversation_occupancy", "synthetic_occupancy", "hit_ratio_vs_capacity"):
         assert {f"{stem}.png", f"{stem}.html"} <= names
@@ -45,3 +52,18 @@ def test_demo_writes_figures_and_prints_table(tmp_path: Path, capsys) -> None:
     assert table["synthetic", None][:2] == (0.6396, 0.6512)
     assert table["synthetic", 10_000][:2] == (0.4239, 0.4318)
     assert table["conversation", None][:2] == (0.3664, 0.3736)
+
+
+def test_figures_show_a_step_per_trace_and_figure(tmp_path: Path, capsys, monkeypatch, synthetic) -> None:
+    """Issue 14 item 18: `kvlab figures` (79 s) printed nothing until the end. Here on a small trace."""
+    import kvlab.cli.figures
+
+    monkeypatch.setattr(kvlab.cli.figures, "load_trace", lambda name: synthetic.head(300))
+    assert main(["figures", "--out", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    steps = [step.split("  ")[0].rstrip(":") for step in err.replace("\r", "\n").splitlines() if step.strip()]
+    expected = ["loading conversation", "loading synthetic", "Figure 9 curves", "Table 2 cache ratios",
+                "Table 1 shape", "writing cache_ratio (png, svg, csv)", "writing figure9 (png, svg, csv)",
+                "writing table1 (png, svg, csv)"]
+    assert [step for i, step in enumerate(steps) if step in expected and step not in steps[:i]] == expected
+    assert "8/8" in err and out.splitlines()[-1].startswith(f"wrote 9 files to {tmp_path}/:")

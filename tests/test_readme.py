@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,6 +44,32 @@ def test_quickstart_prints_the_trace_and_the_headline_numbers(readme_run) -> Non
     assert re.fullmatch(r"requests +12,031", out[2]) and re.fullmatch(r"distinct blocks +182,790", out[8])
     assert "block hits   61,046 / 288,500 = 0.2116" in out and "token hits   31,238,981 / 144,793,823 = 0.2157" in out
     assert namespace["curve"].height == 4
+    assert namespace["panel"].result.summary.hit_blocks == 61_046  # the panel replays the same 10,000 blocks
+
+
+def test_the_replay_panel_needs_only_import_kvlab() -> None:
+    """Issue 14 item 22: the README's `kvlab.ui.replay_panel(trace)` after `import kvlab` alone, in a
+    fresh interpreter; altair and ipywidgets load only then."""
+    code = ("import sys, kvlab\nassert 'altair' not in sys.modules and 'ipywidgets' not in sys.modules\n"
+            "panel = kvlab.ui.replay_panel(kvlab.load_trace('synthetic').head(50), capacity_blocks=100)\n"
+            "print(type(panel).__name__, 'altair' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert done.stdout.split() == ["ReplayPanel", "True"]
+
+
+def test_the_event_description_example_writes_and_replays(tmp_path: Path, capsys) -> None:
+    """Issue 14 item 22: the JSON `kvlab events write --from-json` takes is shown, and does what the README says."""
+    from kvlab.cli import main
+
+    (example,) = re.findall(r"```json\n(.*?)```", README.read_text(), flags=re.S)
+    desc, stream = tmp_path / "stream.json", tmp_path / "stream.kvev"
+    desc.write_text(example)
+    assert main(["events", "write", "--from-json", str(desc), str(stream)]) == 0
+    capsys.readouterr()
+    assert main(["events", "replay", str(stream), "--block-size", "4", "--json", "--strict"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["pods"] == {"pod-a": {"cpu": 2, "gpu": 1}}
+    assert report["gaps"] == [{"pod": "pod-a", "data_parallel_rank": 0, "expected": 2, "got": 3}]
 
 
 def test_policy_examples_print_the_policies_and_the_grid(readme_run) -> None:

@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from conftest import make_trace
-from kvlab.sim import ReplayConfig, replay
+from kvlab.sim import ReplayConfig, replay, sweep
 from kvlab.traces import Trace
 
 
@@ -72,3 +72,40 @@ def test_vllm_mode_on_the_conversation_trace(conversation) -> None:
     s = replay(conversation, mode="vllm").summary
     assert s.block_hit_ratio < replay(conversation).summary.block_hit_ratio
     assert s.rejected_requests == 0 and s.evictions == 0
+
+
+def test_rejections_appear_beside_the_hit_ratios() -> None:
+    """Issue 14 item 11: a pool smaller than a request never admits it; the summary's text and the
+    sweep rows say so (request 1 needs 5 blocks of a 4-block pool)."""
+    trace = make_trace([[1, 2, 3], [1, 2, 3, 4, 5], [1, 2, 3]], block_size=1)
+    text = str(replay(trace, capacity_blocks=4, mode="vllm").summary).splitlines()
+    assert text[-1] == "rejected     1 of 3 requests never admitted (more blocks than the pool; counted as misses)"
+    assert text[3] == "block hits   2 / 11 = 0.1818"  # request 2 hits 1, 2 (its last token recomputed)
+    assert not any(line.startswith("rejected") for line in str(replay(trace, capacity_blocks=4).summary).splitlines())
+    frame = sweep(trace, [4, 5], mode="vllm", executor="serial")
+    assert frame["rejected_requests"].to_list() == [1, 0]
+    assert sweep(trace, [4]).columns[:5] == ["policy", "capacity_blocks", "block_hit_ratio", "token_hit_ratio",
+                                            "rejected_requests"]
+    assert sweep(trace, [4]).columns[-1] == "source"  # the long path last: a printed frame shows the results
+
+
+def test_synthetic_trace_in_a_20_block_pool_reports_its_rejections(synthetic) -> None:
+    """The case of issue 14 item 11: 2,066 of the 3,993 synthetic requests need more than 20 blocks."""
+    needs = -(-synthetic.frame["input_tokens"].cast(pl.Int64) // synthetic.block_size)
+    assert int((needs > 20).sum()) == 2_066  # vLLM allocates every block of the prompt, the partial one too
+    summary = replay(synthetic, capacity_blocks=20, mode="vllm").summary
+    assert summary.rejected_requests == 2_066
+    assert "rejected     2,066 of 3,993 requests never admitted" in str(summary)
+
+
+@pytest.mark.parametrize("free_order", ["classic", "current"])
+def test_free_order_is_refused_outside_the_vllm_modes(free_order: str) -> None:
+    """Issue 14 item 14: the prefix mode has no free queue; a free order there was silently ignored."""
+    trace = make_trace([[1, 2]])
+    with pytest.raises(ValueError, match=f"free_order applies to modes 'vllm' and 'omlx' .* got free_order="
+                                         f"'{free_order}'"):
+        replay(trace, free_order=free_order)
+    with pytest.raises(ValueError, match="free_order applies to modes 'vllm' and 'omlx'"):
+        sweep(trace, [1], free_order=free_order)
+    assert ReplayConfig().free_order is None and ReplayConfig(mode="vllm").free_order == "current"
+    assert ReplayConfig(mode="vllm", free_order=free_order).free_order == free_order

@@ -211,3 +211,57 @@ def test_bundled_traces_are_chained_with_dense_ids(name: str, request: pytest.Fi
 def test_conversation_has_one_root_block(conversation) -> None:
     first = conversation.frame["block_keys"].list.first()
     assert first.unique().to_list() == [0]
+
+
+def rewrite_keys(path: Path, block_keys: list[list[int]]) -> None:
+    """Rewrite a kvlab Parquet trace's ``block_keys`` in place, its metadata kept (as a user's script might)."""
+    import polars as pl
+
+    meta = pl.read_parquet_metadata(path)
+    frame = pl.read_parquet(path).with_columns(block_keys=pl.Series(block_keys, dtype=pl.List(pl.UInt64)))
+    frame.write_parquet(path, metadata=meta)
+
+
+def test_every_loader_rejects_keys_that_are_not_chained(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Issue 14 item 12: a Parquet trace rewritten with [[1, 2], [3, 2]] loaded and replayed silently;
+    only the Mooncake reader checked chaining. Both readers now share one check, naming file and row."""
+    from kvlab.cli import main
+
+    jsonl = write_lines(tmp_path, [record(input_length=8, hash_ids=[1, 2]), record(input_length=8, hash_ids=[1, 4])])
+    path = tmp_path / "t.parquet"
+    load_trace(jsonl, block_size=4).write_parquet(path)
+    rewrite_keys(path, [[1, 2], [3, 2]])
+    message = (f"{path}: row 1: block_keys[1]=2 follows key 3 here but key 1 at position 1 in row 0: the keys are "
+               f"not prefix-chained")
+    with pytest.raises(TraceFormatError) as info:
+        load_trace(path)
+    assert str(info.value) == message and (info.value.path, info.value.line) == (path, None)
+    assert main(["replay", str(path)]) == 2
+    assert capsys.readouterr().err == f"kvlab: error: {message}\n"
+    rewrite_keys(path, [[5, 5], [5, 6]])  # a key repeated inside one request
+    with pytest.raises(TraceFormatError, match=r"row 0: block_keys\[1\]=5 follows key 5 here but nothing \(first "
+                                               r"block\) at position 0 in row 0"):
+        load_trace(path)
+    # the same keys as Mooncake JSONL, after a blank line: the error names lines instead of rows
+    jsonl.write_text("\n".join([record(input_length=8, hash_ids=[1, 2]), "", record(input_length=8, hash_ids=[3, 2])]))
+    with pytest.raises(TraceFormatError, match=r"t.jsonl:3: hash_ids\[1\]=2 follows id 3 here but id 1 at position 1 "
+                                               r"on line 1: the ids are not prefix-chained"):
+        load_trace(jsonl, block_size=4)
+
+
+def test_a_byte_order_mark_and_capital_suffixes_are_accepted(tmp_path: Path, synthetic) -> None:
+    """Issue 14 item 17: a UTF-8 BOM (Windows editors) and `.GZ` / `.PARQUET` names."""
+    import gzip
+
+    text = record() + "\n" + record(timestamp=5, hash_ids=[0, 2]) + "\n"
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(text)
+    assert load_trace(bom).frame.equals(load_trace(plain).frame)
+    packed = tmp_path / "T.JSONL.GZ"
+    packed.write_bytes(gzip.compress(b"\xef\xbb\xbf" + text.encode()))
+    assert load_trace(packed).frame.equals(load_trace(plain).frame)
+    upper = tmp_path / "S.PARQUET"
+    synthetic.write_parquet(upper)
+    assert load_trace(upper).frame.equals(synthetic.frame)

@@ -1,8 +1,11 @@
 """The ``kvlab`` command: ``kvlab info``, ``replay``, ``sweep``, ``figures``, ``demo``, ``events``.
 
-TRACE arguments are a file path, or the name of a bundled trace (``conversation``,
-``synthetic``) when no such file exists (see :func:`kvlab.traces.load_trace`). Errors in
-the input go to stderr as ``kvlab: error: ...`` with exit status 2.
+TRACE arguments are a file path, the name of a bundled trace (``conversation``,
+``synthetic``) when no such file exists (see :func:`kvlab.traces.load_trace`), or ``-`` for
+a trace piped to stdin. Errors in the input go to stderr as ``kvlab: error: ...`` with exit
+status 2; an output folder (``--out``) is created and checked writable before any work. A
+stdout closed before the output is written (``kvlab ... | head``) ends the command quietly
+with status 141, as SIGPIPE would.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import sys
 from pathlib import Path
 
 from kvlab import __version__
+from kvlab.cli.files import EXIT_BROKEN_PIPE, load_trace_argument, prepare_out, silence_stdout
 from kvlab.core.semantics import TOUCH_ORDERS
 from kvlab.paths import BUNDLED_TRACES
 from kvlab.policies import POLICIES
@@ -112,8 +116,8 @@ def _out_dir(text: str) -> Path:
 
 
 def _add_trace_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trace", help="trace file (Mooncake .jsonl[.gz] or kvlab .parquet), or a bundled name: "
-                                      + ", ".join(sorted(BUNDLED_TRACES)))
+    parser.add_argument("trace", help="trace file (Mooncake .jsonl[.gz] or kvlab .parquet), a bundled name ("
+                                      + ", ".join(sorted(BUNDLED_TRACES)) + "), or - to read it from stdin")
     parser.add_argument("--block-size", type=_positive_int, default=None, metavar="TOKENS",
                         help="tokens per block id, for formats that do not record it (Mooncake default 512)")
 
@@ -143,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "time (full blocks only, last-token rule); omlx: oMLX's paged cache (vLLM's pool plus "
                           "an elastic pool and a paged SSD store)")
     rep.add_argument("--free-order", choices=("classic", "current"), default=None,
-                     help="vLLM free-queue order in --mode vllm or omlx (default current)")
+                     help="vLLM free-queue order, with --mode vllm or omlx only (default current)")
     rep.add_argument("--ssd-capacity-blocks", type=_capacity, default=argparse.SUPPRESS, metavar="N",
                      help="--mode omlx: oMLX's paged-SSD-only mode with an SSD store of N blocks (or 'unbounded')")
     rep.add_argument("--window-requests", type=_positive_int, default=None, metavar="N",
@@ -166,10 +170,17 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--capacities", type=parse_capacities, default=parse_capacities("1000:100000:8"),
                      metavar="SPEC", help="START:STOP:COUNT (log-spaced) or a comma list, 'unbounded' allowed "
                                           "(default 1000:100000:8)")
-    swp.add_argument("--touch-order", choices=TOUCH_ORDERS, default="head_most_recent")
-    swp.add_argument("--warmup-fraction", type=_fraction, default=0.0, metavar="F")
-    swp.add_argument("--hit-semantics", choices=("prefix", "independent"), default="prefix")
-    swp.add_argument("--mode", choices=("prefix", "vllm"), default="prefix")
+    swp.add_argument("--touch-order", choices=TOUCH_ORDERS, default="head_most_recent",
+                     help="which end of a request is most recently used afterwards (default head_most_recent)")
+    swp.add_argument("--warmup-fraction", type=_fraction, default=0.0, metavar="F",
+                     help="fraction of leading requests excluded from the statistics (default 0)")
+    swp.add_argument("--hit-semantics", choices=("prefix", "independent"), default="prefix",
+                     help="prefix: a request hits its longest run of cached leading blocks (default); "
+                          "independent: every block looked up on its own (an object cache, as libCacheSim)")
+    swp.add_argument("--mode", choices=("prefix", "vllm"), default="prefix",
+                     help="prefix: every block a cache entry (default); vllm: vLLM v1's block pool one request "
+                          "at a time (full blocks only, last-token rule; requests larger than the pool are "
+                          "rejected, column rejected_requests)")
     swp.add_argument("--serial", action="store_true", help="run in this process (default: all CPUs)")
     swp.add_argument("--json", action="store_true", help="print the rows as one JSON array")
     swp.add_argument("--out", type=_out_dir, metavar="DIR",
@@ -198,27 +209,38 @@ def summary_json(summary: object, indent: int | None = None) -> str:
 
 def cmd_info(args: argparse.Namespace) -> None:
     """``kvlab info TRACE``."""
-    from kvlab.traces import load_trace
-
-    stats = load_trace(args.trace, block_size=args.block_size).describe()
+    stats = load_trace_argument(args.trace, block_size=args.block_size).describe()
     print(json.dumps(stats.to_dict()) if args.json else stats)
+
+
+def check_replay_options(args: argparse.Namespace) -> None:
+    """Refuse ``kvlab replay`` options that would be ignored: tier options without ``--tier``,
+    single-cache options with it, ``--free-order`` outside ``--mode vllm``/``omlx``.
+
+    Raises:
+        ValueError: naming the options.
+    """
+    if not args.tier and (args.write_policy is not None or args.no_promote):
+        raise ValueError("--write-policy and --no-promote apply to tiers: add --tier NAME=CAPACITY_BLOCKS[:POLICY]")
+    if args.tier:
+        single = {"--capacity-blocks": args.capacity_blocks, "--policy": args.policy, "--mode": args.mode,
+                  "--free-order": args.free_order, "--window-requests": args.window_requests}
+        given = [name for name, value in single.items() if value is not None]
+        if given:
+            raise ValueError(f"--tier gives each tier its capacity and policy: drop {', '.join(given)} "
+                             f"(options of the single-cache replay)")
+    elif args.free_order is not None and args.mode in (None, "prefix"):
+        raise ValueError("--free-order applies to vLLM's free queue: add --mode vllm (or --mode omlx)")
 
 
 def cmd_replay_tiered(args: argparse.Namespace, trace: object) -> None:
     """``kvlab replay TRACE --tier ...``: tiered storage (:func:`kvlab.tiers.replay.replay_tiered`)."""
     from kvlab.tiers.replay import replay_tiered
 
-    single = {"--capacity-blocks": args.capacity_blocks, "--policy": args.policy, "--mode": args.mode,
-              "--free-order": args.free_order, "--window-requests": args.window_requests}
-    given = [name for name, value in single.items() if value is not None]
-    if given:
-        raise ValueError(f"--tier gives each tier its capacity and policy: drop {', '.join(given)} "
-                         f"(options of the single-cache replay)")
     result = replay_tiered(trace, args.tier, write_policy=args.write_policy or "write_back",
                            promote=not args.no_promote,
                            touch_order=args.touch_order, warmup_fraction=args.warmup_fraction)
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
         result.requests.write_parquet(args.out / "requests.parquet")
         result.tier_counters.write_csv(args.out / "tier_counters.csv")
         (args.out / "summary.json").write_text(summary_json(result.summary, indent=2) + "\n")
@@ -242,24 +264,22 @@ def cmd_replay_tiered(args: argparse.Namespace, trace: object) -> None:
 def cmd_replay(args: argparse.Namespace) -> None:
     """``kvlab replay TRACE ...``."""
     from kvlab.sim import ReplayConfig, replay
-    from kvlab.traces import load_trace
 
-    if not args.tier and (args.write_policy is not None or args.no_promote):
-        raise ValueError("--write-policy and --no-promote apply to tiers: add --tier NAME=CAPACITY_BLOCKS[:POLICY]")
-    trace = load_trace(args.trace, block_size=args.block_size)
+    check_replay_options(args)
+    prepare_out(args.out)
+    trace = load_trace_argument(args.trace, block_size=args.block_size)
     if args.tier:
         cmd_replay_tiered(args, trace)
         return
     config = ReplayConfig(policy=args.policy or "lru", capacity_blocks=args.capacity_blocks,
                           touch_order=args.touch_order, warmup_fraction=args.warmup_fraction,
                           window_requests=args.window_requests or 1000, mode=args.mode or "prefix",
-                          free_order=args.free_order or "current", ssd_only=hasattr(args, "ssd_capacity_blocks"),
+                          free_order=args.free_order, ssd_only=hasattr(args, "ssd_capacity_blocks"),
                           ssd_capacity_blocks=getattr(args, "ssd_capacity_blocks", None))
     result = replay(trace, config, progress=sys.stderr.isatty() and trace.block_refs > 5_000_000)
     if args.out is not None:
         from kvlab.viz import occupancy_chart, save_chart
 
-        args.out.mkdir(parents=True, exist_ok=True)
         result.requests.write_parquet(args.out / "requests.parquet")
         result.timeline.write_parquet(args.out / "timeline.parquet")
         (args.out / "summary.json").write_text(summary_json(result.summary, indent=2) + "\n")
@@ -281,9 +301,9 @@ def cmd_replay(args: argparse.Namespace) -> None:
 def cmd_sweep(args: argparse.Namespace) -> None:
     """``kvlab sweep TRACE ...``."""
     from kvlab.sim import sweep
-    from kvlab.traces import load_trace
 
-    trace = load_trace(args.trace, block_size=args.block_size)
+    prepare_out(args.out)
+    trace = load_trace_argument(args.trace, block_size=args.block_size)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     frame = sweep(trace, args.capacities, policies, touch_order=args.touch_order,
                   warmup_fraction=args.warmup_fraction, mode=args.mode, hit_semantics=args.hit_semantics,
@@ -291,7 +311,6 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     if args.out is not None:
         from kvlab.viz import hit_ratio_curve, save_chart
 
-        args.out.mkdir(parents=True, exist_ok=True)
         frame.write_parquet(args.out / "sweep.parquet")
         frame.write_csv(args.out / "sweep.csv")
         save_chart(hit_ratio_curve(frame, title=f"{Path(trace.source).name}: token hit ratio vs capacity"),
@@ -299,15 +318,35 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(frame.to_dicts()))
         return
-    print(f"{'policy':<16}{'capacity (blocks)':>18}{'block hit':>11}{'token hit':>11}{'evictions':>12}")
+    print(format_sweep_table(frame))
+
+
+def format_sweep_table(frame: object) -> str:
+    """A sweep frame (:func:`kvlab.sim.sweep`) as the text table ``kvlab sweep`` prints: policy,
+    capacity, block and token hit ratios, requests rejected (never admitted: misses), evictions."""
+    lines = [f"{'policy':<16}{'capacity (blocks)':>18}{'block hit':>11}{'token hit':>11}{'rejected':>10}"
+             f"{'evictions':>12}"]
     for row in frame.iter_rows(named=True):
         cap = "unbounded" if row["capacity_blocks"] is None else f"{row['capacity_blocks']:,}"
-        print(f"{row['policy']:<16}{cap:>18}{row['block_hit_ratio']:>11.4f}{row['token_hit_ratio']:>11.4f}"
-              f"{row['evictions']:>12,}")
+        lines.append(f"{row['policy']:<16}{cap:>18}{row['block_hit_ratio']:>11.4f}{row['token_hit_ratio']:>11.4f}"
+                     f"{row['rejected_requests']:>10,}{row['evictions']:>12,}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``kvlab`` command; returns the exit status."""
+    """Entry point of the ``kvlab`` command; returns the exit status (0 done, 1 a ``--strict``
+    events replay that did not index everything, 2 bad input, 141 stdout closed early)."""
+    try:
+        status = run_command(argv)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is then still ours to handle
+    except BrokenPipeError:
+        silence_stdout()
+        return EXIT_BROKEN_PIPE
+    return status
+
+
+def run_command(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run its command; the exit status (errors in the input: 2)."""
     args = build_parser().parse_args(argv)
     status = 0
     try:
@@ -320,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "figures":
             from kvlab.cli.figures import run_figures
 
-            run_figures(args.out)
+            prepare_out(args.out)
+            run_figures(args.out, progress=True)
         elif args.command == "events":
             from kvlab.cli.events import run_events
 
@@ -328,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             from kvlab.cli.demo import run_demo
 
-            run_demo(args.out)
+            prepare_out(args.out)
+            run_demo(args.out, progress=True)
     except (ValueError, FileNotFoundError) as err:
         print(f"kvlab: error: {err}", file=sys.stderr)
         return 2

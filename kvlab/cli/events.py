@@ -5,8 +5,10 @@
 (:func:`kvlab.events.parse_event_description`). ``replay FILE`` applies a file's messages, in
 arrival order, to an index through :class:`kvlab.index.ingest.EventIngestor` (llm-d's event
 pool, index_blend.md L17-L19, with sequence numbers checked per publisher) and prints the
-blocks (request keys) each pod holds per tier, the sequence gaps found, and every event
-that was not indexed as published.
+batches (messages) by outcome, the blocks (request keys) each pod holds per tier, the events
+applied and skipped, the sequence gaps found, and every event that was not indexed as
+published. Batches and events are counted apart: a batch is one message, holding any number
+of events.
 
 ``replay --json`` prints one object::
 
@@ -25,9 +27,10 @@ that did not decode or whose topic is not ``kv@<pod>@<model>`` (``event`` null) 
 the index refused (the rest of their batch was applied; each is also a ``skipped`` "error").
 The replay socket's end markers are skipped.
 
-Exit status (:data:`EXIT_STATUS`): 0 replayed; 1 with ``--strict`` when anything was not
-indexed as published (an error, a skipped event, an unresolved or unmapped engine key,
-ignored extra_keys; sequence gaps and duplicates do not count); 2 bad arguments or input —
+Exit status (:data:`EXIT_STATUS`): 0 replayed; 1 with ``--strict`` when anything may not
+have been indexed as published (a sequence gap — the missing batches were lost —, a late
+batch not applied, an error, a skipped event, an unresolved or unmapped engine key, ignored
+extra_keys; duplicates, re-sent batches, do not count); 2 bad arguments or input —
 a missing file, a file whose *structure* is broken (truncated, wrong magic: refused before
 anything is applied), a Redis backend that cannot be reached.
 """
@@ -42,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvlab.cli import _positive_int
+from kvlab.cli.files import STDIN_NAME, input_path
 from kvlab.events import (
     LAYOUTS,
     EventDecodeError,
@@ -56,8 +60,9 @@ if TYPE_CHECKING:
     from kvlab.index.base import Index
 
 #: The exit statuses of ``kvlab events`` (the help's epilog).
-EXIT_STATUS = ("exit status: 0 done (events not indexed are reported); 1 with --strict when any event was refused "
-               "or skipped, an engine key was not indexed or extra_keys were ignored; 2 bad arguments or input "
+EXIT_STATUS = ("exit status: 0 done (events not indexed are reported); 1 with --strict when a sequence gap was "
+               "found or a late batch not applied, any event was refused or skipped, an engine key was not indexed "
+               "or extra_keys were ignored; 2 bad arguments or input "
                "(a missing or broken file, an output path that is a folder or the input) or a Redis backend that "
                "cannot be reached")
 _HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}(/[0-9]+)?")
@@ -107,8 +112,9 @@ def add_events_parser(sub: argparse._SubParsersAction) -> None:
     write = actions.add_parser("write", help="make an event file from a JSON description of a stream",
                                epilog=EXIT_STATUS)
     write.add_argument("--from-json", required=True, metavar="DESC.json", type=Path,
-                       help="a JSON list of messages: {pod, model, [seq], [ts], events: [...]}; a tier update is a "
-                            'BlockStored with "token_ids": [] (see kvlab.events.parse_event_description)')
+                       help="a JSON list of messages: {pod, model, [seq], [ts], events: [...]}, or - for stdin; a "
+                            'tier update is a BlockStored with "token_ids": [] (see README, '
+                            "kvlab.events.parse_event_description)")
     write.add_argument("out", type=Path, metavar="OUT.kvev", help="the event file to write (not a folder, not "
                                                                   "DESC.json)")
     write.add_argument("--layout", choices=LAYOUTS, default="map",
@@ -117,7 +123,7 @@ def add_events_parser(sub: argparse._SubParsersAction) -> None:
                                                "per pod and tier, sequence gaps and events not indexed",
                                 epilog=EXIT_STATUS)
     replay.add_argument("file", type=Path, metavar="FILE", help="an event file (kvlab events write, "
-                                                                "kvlab.events.write_event_file)")
+                                                                "kvlab.events.write_event_file), or - for stdin")
     replay.add_argument("--backend", type=parse_backend, default="memory", metavar="memory|HOST:PORT|URL",
                         help="the index: in memory (default, starts empty) or a Redis server, HOST:PORT or a "
                              "redis://, rediss://, valkey://, valkeys:// or unix:// URL; what the namespace "
@@ -134,8 +140,9 @@ def add_events_parser(sub: argparse._SubParsersAction) -> None:
                         help="the seq each publisher starts from (a higher first seq is a gap); default: its "
                              "first batch sets it")
     replay.add_argument("--strict", action="store_true",
-                        help="exit 1 when any event was refused or skipped, an engine key was not indexed or "
-                             "extra_keys were ignored (the report is printed all the same)")
+                        help="exit 1 when a sequence gap was found or a late batch not applied, any event was "
+                             "refused or skipped, an engine key was not indexed or extra_keys were ignored (the "
+                             "report is printed all the same)")
     replay.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -151,11 +158,14 @@ def run_events(args: argparse.Namespace) -> int:
         FileNotFoundError: a missing input file.
     """
     if args.events_command == "write":
-        write_description(args.from_json, args.out, layout=args.layout)
+        with input_path(args.from_json, "--from-json", "cat desc.json | kvlab events write --from-json - "
+                                                       "OUT.kvev") as description:
+            write_description(description, args.out, layout=args.layout)
         return 0
-    report = replay_event_file(args.file, backend=args.backend, block_size=args.block_size,
-                               initial_seq=args.initial_seq, namespace=args.namespace, flush=args.flush)
-    print(json.dumps(report) if args.json else format_report(report, args.file))
+    with input_path(args.file, "FILE", "cat stream.kvev | kvlab events replay -") as path:
+        report = replay_event_file(path, backend=args.backend, block_size=args.block_size,
+                                   initial_seq=args.initial_seq, namespace=args.namespace, flush=args.flush)
+    print(json.dumps(report) if args.json else format_report(report, STDIN_NAME if path != args.file else path))
     missed = not_indexed(report)
     if args.strict and missed:
         print(f"kvlab: --strict: not everything was indexed: {', '.join(missed)}", file=sys.stderr)
@@ -283,22 +293,28 @@ def replay_event_file(path: str | Path, *, backend: str = "memory", block_size: 
             index.close()
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+def _plural(count: int, noun: str, plural: str | None = None) -> str:
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
 
 
 def not_indexed(report: dict) -> list[str]:
-    """What a replay report says was not indexed as published, as phrases (empty: all
-    was): errors, skipped events other than refused ones (those are the event errors),
-    unresolved and unmapped engine keys, stores with ignored extra_keys. ``--strict``
-    exits 1 when it is not empty.
+    """What a replay report says may not have been indexed as published, as phrases (empty:
+    all was): sequence gaps (the batches in them never arrived), late batches (not applied),
+    errors, skipped events other than refused ones (those are the event errors), unresolved
+    and unmapped engine keys, stores with ignored extra_keys. ``--strict`` exits 1 when it
+    is not empty.
 
     Example:
-        >>> not_indexed({"errors": [], "skipped": {"partial_block": 2}, "unresolved_engine_keys": 1,
-        ...              "unmapped_engine_keys": 0, "extra_keys_ignored": 0})
-        ['2 events skipped (2 partial_block)', '1 unresolved engine key']
+        >>> not_indexed({"gaps": [{"pod": "p", "data_parallel_rank": 0, "expected": 2, "got": 5}],
+        ...              "batches": {"applied": 2, "gap": 1}, "errors": [], "skipped": {"partial_block": 2},
+        ...              "unresolved_engine_keys": 1, "unmapped_engine_keys": 0, "extra_keys_ignored": 0})
+        ['1 sequence gap', '2 events skipped (2 partial_block)', '1 unresolved engine key']
     """
     missed = []
+    if report["gaps"]:
+        missed.append(_plural(len(report["gaps"]), "sequence gap"))
+    if report["batches"].get("late"):
+        missed.append(f"{_plural(report['batches']['late'], 'late batch', 'late batches')} not applied")
     if report["errors"]:
         missed.append(_plural(len(report["errors"]), "error"))
     skipped = {reason: count for reason, count in report["skipped"].items() if reason != "error"}
@@ -313,11 +329,21 @@ def not_indexed(report: dict) -> list[str]:
     return missed
 
 
+#: How the text report names each batch outcome (:data:`kvlab.index.ingest.BATCH_OUTCOMES`).
+BATCH_OUTCOME_TEXT = {"applied": "applied", "gap": "applied after a sequence gap",
+                      "restart": "applied after a publisher restart (pod cleared)",
+                      "duplicate": "duplicate not applied", "late": "late not applied"}
+
+
 def format_report(report: dict, path: str | Path) -> str:
-    """The replay report as text: the batches, a pod × tier table of blocks (or "no blocks
-    indexed"), the events applied and skipped, engine keys not indexed, then the gaps and errors."""
-    batches = ", ".join(f"{count} {outcome}" for outcome, count in report["batches"].items()) or "no batches"
-    lines = [f"{path}: {batches}"]
+    """The replay report as text: the batches (messages) by outcome, a pod × tier table of
+    blocks (or "no blocks indexed"), the events applied and skipped, engine keys not
+    indexed, then the gaps and errors. Batches and events are counted apart."""
+    batches = report["batches"]
+    outcomes = ", ".join(f"{count:,} {BATCH_OUTCOME_TEXT.get(outcome, outcome)}" for outcome, count in
+                         sorted(batches.items(), key=lambda item: list(BATCH_OUTCOME_TEXT).index(item[0])
+                                if item[0] in BATCH_OUTCOME_TEXT else len(BATCH_OUTCOME_TEXT)))
+    lines = [f"{path}: {_plural(sum(batches.values()), 'batch', 'batches')}" + (f": {outcomes}" if outcomes else "")]
     if report["pods"]:
         tiers = sorted({tier for counts in report["pods"].values() for tier in counts})
         width = max([len("pod"), *map(len, report["pods"])])
@@ -327,8 +353,9 @@ def format_report(report: dict, path: str | Path) -> str:
     else:
         lines.append("no blocks indexed")
     for what in ("applied", "skipped"):
-        counts = ", ".join(f"{count:,} {kind}" for kind, count in report[what].items()) or "none"
-        lines.append(f"events {what}: {counts}")
+        counts = ", ".join(f"{count:,} {kind}" for kind, count in report[what].items())
+        total = sum(report[what].values())
+        lines.append(f"events {what}: {total:,} ({counts})" if counts else f"events {what}: none")
     keys = [f"{report[key]:,} {what}" for key, what in (("unresolved_engine_keys", "unresolved (tier updates)"),
                                                         ("unmapped_engine_keys", "unmapped (past the last full "
                                                                                  "canonical block)"))

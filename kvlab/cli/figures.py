@@ -9,7 +9,8 @@ Writes to the output folder, each chart as PNG and SVG:
 * ``table1.{png,svg}`` + ``table1.csv`` — arXiv 2407.00079 Table 1's shape (LRU / LFU /
   LengthAware) on the conversation trace beside the paper's values for its own trace.
 
-and prints the three tables with the definition that comes closest to Table 2.
+and prints the three tables with the definition that comes closest to Table 2. ``kvlab figures``
+shows its progress on stderr (a tqdm bar, one step per trace and per figure).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
+from kvlab.cli.files import step_bar
 from kvlab.sim import mooncake_figures as mf
 from kvlab.traces import load_trace
 
@@ -41,12 +43,37 @@ class MooncakeFigures:
         return best.sort("abs_error", maintain_order=True)["definition"][0]
 
 
-def compute_figures() -> MooncakeFigures:
-    """Recompute the three figures' frames from the bundled conversation and synthetic traces."""
-    traces = {name: load_trace(name) for name in ("conversation", "synthetic")}
+#: Traces the figures are computed on (bundled names).
+FIGURE_TRACES = ("conversation", "synthetic")
+#: Steps of :func:`compute_figures` after the traces are loaded, then of :func:`write_figures`.
+COMPUTE_STEPS = ("Figure 9 curves", "Table 2 cache ratios", "Table 1 shape")
+WRITE_STEPS = ("cache_ratio", "figure9", "table1")
+
+
+def compute_figures(bar: object = None) -> MooncakeFigures:
+    """Recompute the three figures' frames from the bundled conversation and synthetic traces.
+
+    ``bar``: a tqdm bar (:func:`kvlab.cli.files.step_bar`) advanced once per trace loaded
+    and per figure computed, or ``None``.
+    """
+    bar = bar if bar is not None else step_bar(0, "", enabled=False)
+    traces = {}
+    for name in FIGURE_TRACES:
+        bar.set_description(f"loading {name}")
+        traces[name] = load_trace(name)
+        bar.update()
+    steps = iter(COMPUTE_STEPS)
+    bar.set_description(next(steps))
     curves = mf.figure9_curves(traces)
-    return MooncakeFigures(cache_ratio=mf.cache_ratio_definitions(traces), figure9=curves,
-                           shares=mf.share_at_3m_tokens(curves), table1=mf.table1_shape(traces["conversation"]))
+    bar.update()
+    bar.set_description(next(steps))
+    cache_ratio = mf.cache_ratio_definitions(traces)
+    bar.update()
+    bar.set_description(next(steps))
+    table1 = mf.table1_shape(traces["conversation"])
+    bar.update()
+    return MooncakeFigures(cache_ratio=cache_ratio, figure9=curves, shares=mf.share_at_3m_tokens(curves),
+                           table1=table1)
 
 
 def format_report(figs: MooncakeFigures) -> str:
@@ -71,28 +98,40 @@ def format_report(figs: MooncakeFigures) -> str:
     return "\n".join(lines)
 
 
-def write_figures(figs: MooncakeFigures, out: str | Path) -> list[Path]:
+def write_figures(figs: MooncakeFigures, out: str | Path, bar: object = None) -> list[Path]:
     """Write the three charts (PNG and SVG) and their tables (CSV) to ``out``.
+
+    ``bar``: a tqdm bar advanced once per figure written, or ``None``.
 
     Returns:
         The paths written.
     """
     from kvlab.viz import cache_ratio_chart, figure9_chart, save_chart, table1_chart
 
+    bar = bar if bar is not None else step_bar(0, "", enabled=False)
     out = Path(out)
-    written = save_chart(cache_ratio_chart(figs.cache_ratio), out, "cache_ratio", FIGURE_FORMATS)
-    written += save_chart(figure9_chart(figs.figure9, figs.shares), out, "figure9", FIGURE_FORMATS)
-    written += save_chart(table1_chart(figs.table1), out, "table1", FIGURE_FORMATS)
-    for name, frame in (("cache_ratio", figs.cache_ratio), ("figure9", figs.figure9), ("table1", figs.table1)):
-        frame.write_csv(out / f"{name}.csv")
+    charts = {"cache_ratio": lambda: cache_ratio_chart(figs.cache_ratio),
+              "figure9": lambda: figure9_chart(figs.figure9, figs.shares),
+              "table1": lambda: table1_chart(figs.table1)}
+    written = []
+    for name in WRITE_STEPS:
+        bar.set_description(f"writing {name} ({', '.join(FIGURE_FORMATS)}, csv)")
+        written += save_chart(charts[name](), out, name, FIGURE_FORMATS)
+        getattr(figs, name).write_csv(out / f"{name}.csv")
         written.append(out / f"{name}.csv")
+        bar.update()
     return written
 
 
-def run_figures(out: str | Path) -> MooncakeFigures:
-    """``kvlab figures --out DIR``: compute, print the report, write the files."""
-    figs = compute_figures()
+def run_figures(out: str | Path, *, progress: bool = False) -> MooncakeFigures:
+    """``kvlab figures --out DIR``: compute, print the report, write the files.
+
+    ``progress``: a progress bar on stderr, one step per trace loaded and per figure
+    computed and written (``kvlab figures`` shows it).
+    """
+    with step_bar(len(FIGURE_TRACES) + len(COMPUTE_STEPS) + len(WRITE_STEPS), "figures", progress) as bar:
+        figs = compute_figures(bar)
+        written = write_figures(figs, out, bar)
     print(format_report(figs))
-    written = write_figures(figs, out)
     print(f"\nwrote {len(written)} files to {out}/:", ", ".join(p.name for p in written))
     return figs

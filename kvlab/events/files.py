@@ -379,7 +379,7 @@ def load_event_description(path: str | os.PathLike) -> list[tuple[str, int, Even
     """
     path = Path(path)
     try:
-        description = json.loads(path.read_bytes().decode("utf-8"))
+        description = json.loads(path.read_bytes().decode("utf-8-sig"))  # a leading BOM skipped
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     except json.JSONDecodeError as err:

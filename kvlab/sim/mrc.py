@@ -59,12 +59,14 @@ def mrc(trace: Trace, *, capacities_blocks: Iterable[int | None] | None = None,
         seed: integer in ``[0, 2**64)`` choosing the SHARDS sample (unused when exact).
 
     Returns:
-        One row per capacity, the schema of :func:`kvlab.sim.sweep`: ``source``,
-        ``policy`` (``"lru"``), ``mode`` (``"prefix"``), ``touch_order`` (str),
-        ``warmup_fraction`` (f64), ``capacity_blocks`` (i64, null = unbounded),
-        ``block_refs``, ``hit_blocks``, ``evictions`` (i64; evictions null under SHARDS),
-        ``block_hit_ratio``, ``token_hit_ratio`` (f64; 0.0 when the denominator is 0),
-        ``mean_orphaned_share`` (f64, always null: orphans are not tracked here).
+        One row per capacity, the schema of :func:`kvlab.sim.sweep`
+        (:data:`~kvlab.sim.sweep.SWEEP_SCHEMA`): ``policy`` (``"lru"``),
+        ``capacity_blocks`` (i64, null = unbounded), ``block_hit_ratio``,
+        ``token_hit_ratio`` (f64; 0.0 when the denominator is 0), ``rejected_requests``
+        (always 0), ``block_refs``, ``hit_blocks``, ``evictions`` (i64; evictions null
+        under SHARDS), ``mean_orphaned_share`` (f64, always null: orphans are not tracked
+        here), ``mode`` (``"prefix"``), ``hit_semantics``, ``touch_order`` (str),
+        ``warmup_fraction`` (f64), ``source``.
 
     Raises:
         ValueError: ``trace`` is not a Trace; a capacity that is not an integer in
@@ -132,7 +134,7 @@ def mrc(trace: Trace, *, capacities_blocks: Iterable[int | None] | None = None,
         "warmup_fraction": [float(warmup_fraction)] * k, "capacity_blocks": capacities,
         "block_refs": [block_refs] * k, "hit_blocks": hit_blocks,
         "evictions": pl.Series([None] * k, dtype=pl.Int64) if evictions is None else evictions,
-        "block_hit_ratio": block_ratio, "token_hit_ratio": token_ratio,
+        "block_hit_ratio": block_ratio, "token_hit_ratio": token_ratio, "rejected_requests": [0] * k,
         "mean_orphaned_share": pl.Series([None] * k, dtype=pl.Float64),
     }, schema=SWEEP_SCHEMA)
 

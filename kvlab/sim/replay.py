@@ -59,7 +59,9 @@ class ReplayConfig:
             that size; same ``policy`` / touch-order requirements as ``"vllm"``, no
             warm-up, ``window_requests`` unused.
         free_order: vLLM's free-queue discipline in ``"vllm"`` and ``"omlx"`` modes:
-            ``"current"`` (default: unhashed blocks to the head, PR #42656) or ``"classic"``.
+            ``"current"`` (unhashed blocks to the head, PR #42656; what ``None``, the
+            default, becomes there) or ``"classic"``; must stay ``None`` in mode
+            ``"prefix"``, which has no free queue.
         hit_semantics: ``"prefix"`` (default: the longest run of cached leading blocks)
             or ``"independent"`` (every block looked up and accessed on its own, in touch
             order — a plain object cache, for comparing with libCacheSim).
@@ -88,7 +90,7 @@ class ReplayConfig:
     warmup_fraction: float = 0.0
     window_requests: int = 1000
     mode: str = "prefix"
-    free_order: str = "current"
+    free_order: str | None = None
     hit_semantics: str = "prefix"
     track_orphans: bool = False
     ssd_only: bool = False
@@ -103,7 +105,8 @@ class ReplayConfig:
             "warmup_fraction": check_real("warmup_fraction", self.warmup_fraction),
             "window_requests": check_positive("window_requests", self.window_requests),
             "mode": check_choice("mode", self.mode, MODES),
-            "free_order": check_choice("free_order", self.free_order, FREE_ORDERS),
+            "free_order": None if self.free_order is None else check_choice("free_order", self.free_order,
+                                                                            FREE_ORDERS),
             "hit_semantics": check_choice("hit_semantics", self.hit_semantics, HIT_SEMANTICS),
             "track_orphans": check_flag("track_orphans", self.track_orphans),
             "ssd_only": check_flag("ssd_only", self.ssd_only),
@@ -114,6 +117,11 @@ class ReplayConfig:
             raise ValueError(f"warmup_fraction must be a number in [0, 1), got {self.warmup_fraction!r}")
         for name, value in normal.items():
             object.__setattr__(self, name, value)
+        if self.mode == "prefix" and self.free_order is not None:
+            raise ValueError(f"free_order applies to modes 'vllm' and 'omlx' (vLLM's free queue), not to mode "
+                             f"'prefix': got free_order={self.free_order!r}")
+        if self.mode != "prefix" and self.free_order is None:
+            object.__setattr__(self, "free_order", "current")
         if self.mode != "prefix" and (self.hit_semantics != "prefix" or self.track_orphans):
             raise ValueError(f"mode {self.mode!r} models vLLM's prefix lookups: hit_semantics='independent' and "
                              "track_orphans apply to mode 'prefix' only")
@@ -140,9 +148,10 @@ class ReplaySummary(RunSummary):
     ``hit_tokens`` and ``evictions`` are sums over the measured requests;
     ``peak_used_blocks`` is over the whole run. ``rejected_requests`` (``"vllm"`` mode)
     counts measured requests needing more blocks than the pool: never admitted, they
-    count as misses. Ratios are 0.0 when their denominator is 0;
-    ``mean_orphaned_share`` is ``None`` unless ``config.track_orphans``. ``config`` is the
-    :class:`ReplayConfig` run (policy, capacity, mode ...).
+    count as misses (``str()`` prints them in ``"vllm"`` mode, beside the hit ratios).
+    Ratios are 0.0 when their denominator is 0; ``mean_orphaned_share`` is ``None`` unless
+    ``config.track_orphans``. ``config`` is the :class:`ReplayConfig` run (policy,
+    capacity, mode ...).
 
     Example:
         >>> from kvlab.traces import chat_sessions, ChatWorkload
@@ -179,6 +188,8 @@ class ReplaySummary(RunSummary):
             f"block hits   {self.hit_blocks:,} / {self.block_refs:,} = {self.block_hit_ratio:.4f}",
             f"token hits   {self.hit_tokens:,} / {self.input_tokens:,} = {self.token_hit_ratio:.4f}",
             f"evictions    {self.evictions:,}   peak used {self.peak_used_blocks:,} blocks",
+            *([f"rejected     {self.rejected_requests:,} of {self.requests:,} requests never admitted (more "
+               f"blocks than the pool; counted as misses)"] if c.mode != "prefix" or self.rejected_requests else []),
         ])
 
 

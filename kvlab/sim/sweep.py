@@ -13,12 +13,13 @@ import polars as pl
 from kvlab.sim.replay import ReplayConfig, run_kernel, summarize
 from kvlab.traces import Trace
 
-#: Columns of a sweep frame (and of :func:`kvlab.sim.mrc`).
-SWEEP_SCHEMA = {"source": pl.String, "policy": pl.String, "mode": pl.String, "hit_semantics": pl.String,
-                "touch_order": pl.String,
-                "warmup_fraction": pl.Float64, "capacity_blocks": pl.Int64, "block_refs": pl.Int64,
-                "hit_blocks": pl.Int64, "evictions": pl.Int64, "block_hit_ratio": pl.Float64,
-                "token_hit_ratio": pl.Float64, "mean_orphaned_share": pl.Float64}
+#: Columns of a sweep frame (and of :func:`kvlab.sim.mrc`): what varies and the results first, so a
+#: printed frame shows them; the long ``source`` path last.
+SWEEP_SCHEMA = {"policy": pl.String, "capacity_blocks": pl.Int64, "block_hit_ratio": pl.Float64,
+                "token_hit_ratio": pl.Float64, "rejected_requests": pl.Int64, "block_refs": pl.Int64,
+                "hit_blocks": pl.Int64, "evictions": pl.Int64, "mean_orphaned_share": pl.Float64,
+                "mode": pl.String, "hit_semantics": pl.String, "touch_order": pl.String,
+                "warmup_fraction": pl.Float64, "source": pl.String}
 
 _WORKER_TRACE: Trace | None = None  # the trace a pool worker replays (set by its initializer)
 
@@ -35,12 +36,12 @@ def _run_config(config: ReplayConfig, trace: Trace | None = None) -> dict[str, o
             "touch_order": config.touch_order, "warmup_fraction": config.warmup_fraction,
             "capacity_blocks": config.capacity_blocks, "block_refs": s.block_refs, "hit_blocks": s.hit_blocks,
             "evictions": s.evictions, "block_hit_ratio": s.block_hit_ratio, "token_hit_ratio": s.token_hit_ratio,
-            "mean_orphaned_share": s.mean_orphaned_share}
+            "rejected_requests": s.rejected_requests, "mean_orphaned_share": s.mean_orphaned_share}
 
 
 def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Iterable[str] | str = ("lru",), *,
           touch_order: str = "head_most_recent", warmup_fraction: float = 0.0, mode: str = "prefix",
-          free_order: str = "current", hit_semantics: str = "prefix", track_orphans: bool = False,
+          free_order: str | None = None, hit_semantics: str = "prefix", track_orphans: bool = False,
           executor: Executor | str | None = None, progress: bool = False) -> pl.DataFrame:
     """Replay ``trace`` at every (policy, capacity) pair.
 
@@ -61,11 +62,14 @@ def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Itera
         progress: a progress bar over the runs.
 
     Returns:
-        One row per run, in grid order (policies × capacities): ``source``, ``policy``,
-        ``mode``, ``hit_semantics``, ``touch_order`` (str), ``warmup_fraction`` (f64), ``capacity_blocks``
-        (i64, null = unbounded), ``block_refs``, ``hit_blocks``, ``evictions`` (i64),
-        ``block_hit_ratio``, ``token_hit_ratio``, ``mean_orphaned_share`` (f64; null
-        unless ``track_orphans``) — the input of :func:`kvlab.viz.hit_ratio_curve`.
+        One row per run, in grid order (policies × capacities), columns in
+        :data:`SWEEP_SCHEMA` order: ``policy`` (str), ``capacity_blocks`` (i64, null =
+        unbounded), ``block_hit_ratio``, ``token_hit_ratio`` (f64), ``rejected_requests``
+        (i64: measured requests a ``"vllm"``-mode pool never admitted, counted as misses;
+        0 in mode ``"prefix"``), ``block_refs``, ``hit_blocks``, ``evictions`` (i64),
+        ``mean_orphaned_share`` (f64; null unless ``track_orphans``), ``mode``,
+        ``hit_semantics``, ``touch_order`` (str), ``warmup_fraction`` (f64), ``source``
+        (str) — the input of :func:`kvlab.viz.hit_ratio_curve`.
 
     Raises:
         ValueError: an invalid or empty capacity or policy list, an invalid option or

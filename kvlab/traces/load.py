@@ -23,7 +23,9 @@ def load_trace(path: str | Path, *, block_size: int | None = None) -> Trace:
     ``path`` is a file; if no such file exists and it is the name of a bundled trace
     (``"conversation"``, ``"synthetic"``), that trace is loaded. ``.parquet`` files are
     read as kvlab Parquet; otherwise the first non-blank line is parsed and an object
-    with any Mooncake field selects :func:`~kvlab.traces.load_mooncake`.
+    with any Mooncake field selects :func:`~kvlab.traces.load_mooncake`. Suffixes match in
+    any case (``.GZ``, ``.PARQUET``); ``.gz`` files are read compressed; a UTF-8
+    byte-order mark is skipped. (The ``kvlab`` command also reads ``-``, stdin.)
 
     Args:
         path: the file, or a bundled trace name.
@@ -33,7 +35,8 @@ def load_trace(path: str | Path, *, block_size: int | None = None) -> Trace:
     Raises:
         FileNotFoundError: ``path`` is not an existing regular file nor a bundled name.
         TraceFormatError: the format is not recognised (the message lists the known
-            formats), or the reader found a bad record.
+            formats), or the reader found a bad record or keys that are not
+            prefix-chained (every reader checks, :func:`kvlab.traces.chain.check_chained_keys`).
         ValueError: ``block_size`` given for a Parquet trace, or not an integer >= 1.
 
     Example:
@@ -47,7 +50,7 @@ def load_trace(path: str | Path, *, block_size: int | None = None) -> Trace:
         elif str(path) not in ("", "."):
             raise FileNotFoundError(f"no trace file at {path} (bundled traces: {', '.join(sorted(BUNDLED_TRACES))})")
     check_trace_path(path)
-    if path.suffix == ".parquet":
+    if path.suffix.lower() == ".parquet":
         if block_size is not None:
             raise ValueError("block_size cannot be set for a Parquet trace: the file records its own")
         return read_trace_parquet(path)

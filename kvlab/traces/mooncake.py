@@ -18,6 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from kvlab.core.validate import U64_MAX, check_int, check_positive, check_real, check_u64
+from kvlab.traces.chain import check_chained_keys
 from kvlab.traces.errors import TraceFormatError
 from kvlab.traces.textfile import check_trace_path, iter_lines, parse_json_line
 from kvlab.traces.trace import Trace
@@ -65,7 +66,7 @@ def load_mooncake(path: str | Path, *, block_size: int = MOONCAKE_BLOCK_SIZE) ->
     check_trace_path(path)
     columns: dict[str, list] = {"arrival_s": [], "input_tokens": [], "output_tokens": [], "block_keys": []}
     unknown: dict[str, int] = {}
-    chain = _ChainCheck(path)
+    lines: list[int] = []
     last_ms = -math.inf
     for lineno, line in iter_lines(path):
         if not line.strip():
@@ -78,7 +79,7 @@ def load_mooncake(path: str | Path, *, block_size: int = MOONCAKE_BLOCK_SIZE) ->
             raise TraceFormatError(path, lineno, f"timestamp {ts} is earlier than the previous "
                                                  f"record's {last_ms}; records must be in arrival order")
         last_ms = ts
-        chain.add(lineno, ids)
+        lines.append(lineno)
         for key in record.keys() - set(MOONCAKE_FIELDS):
             unknown.setdefault(key, lineno)
         columns["arrival_s"].append(ts / 1000.0)
@@ -96,30 +97,9 @@ def load_mooncake(path: str | Path, *, block_size: int = MOONCAKE_BLOCK_SIZE) ->
         schema={"request_id": pl.UInt64, "arrival_s": pl.Float64, "input_tokens": pl.UInt32,
                 "output_tokens": pl.UInt32, "block_keys": pl.List(pl.UInt64)},
     )
-    return Trace(frame, block_size=block_size, source=str(path))
-
-
-class _ChainCheck:
-    """Remembers each id's (parent, position, line) to reject ids that are not chained."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.seen: dict[int, tuple[int | None, int, int]] = {}
-
-    def add(self, lineno: int, ids: list[int]) -> None:
-        parent = None
-        for position, key in enumerate(ids):
-            first = self.seen.setdefault(key, (parent, position, lineno))
-            if first[:2] != (parent, position):
-                raise TraceFormatError(
-                    self.path, lineno,
-                    f"hash_ids[{position}]={key} follows {_parent(parent)} here but {_parent(first[0])} at "
-                    f"position {first[1]} on line {first[2]}: the ids are not prefix-chained")
-            parent = key
-
-
-def _parent(parent: int | None) -> str:
-    return "nothing (first block)" if parent is None else f"id {parent}"
+    trace = Trace(frame, block_size=block_size, source=str(path))
+    check_chained_keys(trace.flat, path, field="hash_ids", noun="id", lines=lines)
+    return trace
 
 
 def _field(path: Path, lineno: int, check: Callable[..., object], name: str, value: object,

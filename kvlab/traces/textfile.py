@@ -1,4 +1,5 @@
-"""Opening trace files as text lines: plain or gzip-compressed, UTF-8, errors with file:line."""
+"""Opening trace files as text lines: plain or gzip-compressed, UTF-8 (a leading byte-order mark
+skipped), errors with file:line."""
 
 from __future__ import annotations
 
@@ -24,17 +25,24 @@ def check_trace_path(path: Path) -> None:
         raise FileNotFoundError(f"no trace file at {path}")
 
 
+def is_gzip_name(path: Path) -> bool:
+    """Whether ``path``'s name ends in ``.gz``, in any case (``.GZ`` from some tools)."""
+    return path.suffix.lower() == ".gz"
+
+
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(1-based line number, line)`` of a UTF-8 text file, ``.gz`` decompressed.
+    """Yield ``(1-based line number, line)`` of a UTF-8 text file, ``.gz`` (any case)
+    decompressed; a UTF-8 byte-order mark at the start (as some Windows editors write) is
+    skipped.
 
     Raises:
         TraceFormatError: the bytes are not UTF-8 text (or not gzip for ``.gz``), with
             the line where decoding failed.
     """
-    opener = gzip.open if path.suffix == ".gz" else open
+    opener = gzip.open if is_gzip_name(path) else open
     lineno = 0
     try:
-        with opener(path, "rt", encoding="utf-8") as fh:
+        with opener(path, "rt", encoding="utf-8-sig") as fh:
             for lineno, line in enumerate(fh, start=1):  # noqa: B007 - lineno used after the loop
                 yield lineno, line
     except UnicodeDecodeError as err:

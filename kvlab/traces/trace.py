@@ -253,9 +253,11 @@ def read_trace_parquet(path: str | Path) -> Trace:
     """Read a trace written by :meth:`Trace.write_parquet`.
 
     Raises:
-        kvlab.traces.TraceFormatError: the file lacks kvlab's metadata, or its frame is
-            not a valid trace.
+        kvlab.traces.TraceFormatError: the file lacks kvlab's metadata, its frame is not a
+            valid trace, or its block keys are not prefix-chained (naming the row,
+            :func:`kvlab.traces.chain.check_chained_keys`).
     """
+    from kvlab.traces.chain import check_chained_keys
     from kvlab.traces.errors import TraceFormatError
 
     try:
@@ -266,10 +268,12 @@ def read_trace_parquet(path: str | Path) -> Trace:
         raise TraceFormatError(path, None, f"Parquet file has no {_PARQUET_KEYS[0]!r} metadata; "
                                            "write it with Trace.write_parquet")
     try:
-        return Trace(pl.read_parquet(path), int(meta[_PARQUET_KEYS[0]]), meta.get(_PARQUET_KEYS[1], str(path)),
-                     meta.get(_PARQUET_KEYS[2], "true") == "true")
+        trace = Trace(pl.read_parquet(path), int(meta[_PARQUET_KEYS[0]]), meta.get(_PARQUET_KEYS[1], str(path)),
+                      meta.get(_PARQUET_KEYS[2], "true") == "true")
     except ValueError as err:
         raise TraceFormatError(path, None, str(err)) from err
+    check_chained_keys(trace.flat, path)
+    return trace
 
 
 def _dtype_ok(col: str, dtype: pl.DataType) -> bool:

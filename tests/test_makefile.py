@@ -1,0 +1,26 @@
+"""The Makefile's targets run as written (commands checked with a stand-in for the tools)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_lab_allows_root_only_as_root(tmp_path: Path) -> None:
+    """Issue 14 item 20: `make lab` failed as root ("Running as root is not recommended. Use
+    --allow-root"), how containers and workshop VMs run; --allow-root is added only then."""
+    jupyter = tmp_path / "jupyter"
+    jupyter.write_text('#!/bin/sh\necho "$@"\n')
+    jupyter.chmod(0o755)
+    # BIN: the stand-in jupyter; STAMP: an existing file, so the venv is not set up
+    done = subprocess.run(["make", "-s", "lab", f"BIN={tmp_path}", "STAMP=Makefile"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=True)
+    expected = "lab notebooks --allow-root" if os.geteuid() == 0 else "lab notebooks"
+    assert done.stdout.splitlines() == [expected]
