@@ -41,9 +41,9 @@ def lock_refs(cache: RadixCache) -> dict[int, int]:
     return dict(zip(frame["node_id"].to_list(), frame["lock_ref"].to_list(), strict=True))
 
 
-def stored(block_id: int, parent: int | None, tokens: tuple[int, ...], lora_name: str | None = None) -> BlockStored:
-    return BlockStored(block_hashes=(block_id,), parent_block_hash=parent, token_ids=tokens,
-                       block_size=len(tokens), lora_id=None, medium="GPU", lora_name=lora_name)
+def stored(block_ids: tuple[int, ...], parent: int | None, tokens: tuple[int, ...], block_size: int) -> BlockStored:
+    return BlockStored(block_hashes=block_ids, parent_block_hash=parent, token_ids=tokens, block_size=block_size,
+                       lora_id=None, medium="GPU", lora_name=None)
 
 
 # ----- the bug-report cases -----------------------------------------------------------
@@ -94,27 +94,29 @@ def test_bug_case_5_split_lock_short_insert_unlock_evict_page_size_4() -> None:
 
 # ----- eviction policies ------------------------------------------------------------
 
+# SGLang 0.5.23's orders on these operations (tlru with its defaults is LRU).
 POLICY_ORDERS = {"lru": [4, 1, 2, 3], "mru": [3, 2, 1, 4], "fifo": [1, 2, 3, 4], "filo": [4, 3, 2, 1],
-                 "lfu": [4, 2, 3, 1], "priority": [4, 1, 3, 2], "slru": [4, 2, 1, 3]}
+                 "lfu": [4, 2, 3, 1], "priority": [4, 1, 3, 2], "slru": [4, 2, 1, 3], "tlru": [4, 1, 2, 3]}
 
 
 @pytest.mark.parametrize("policy", list(EVICTION_STRATEGIES))
 def test_each_policy_evicts_leaves_in_its_order(policy: str) -> None:
-    cache = RadixCache(eviction_policy=policy, enable_kv_cache_events=True)
-    cache.insert([1])               # t1  A
-    cache.insert([2], priority=9)   # t2  B
-    cache.insert([3])               # t3  C
-    cache.insert([4])               # t4  D
-    cache.insert([1])               # t5  A: 2 hits
-    cache.insert([1])               # t6  A: 3 hits
-    cache.match_prefix([2])         # t7  B touched (no hit counted)
-    cache.insert([3])               # t8  C: 2 hits
+    cache = RadixCache(eviction_policy=policy, enable_kv_cache_events=True)  # root: t1
+    cache.insert([1])               # stamp t2, A made t3
+    cache.insert([2], priority=9)   # t4, B t5
+    cache.insert([3])               # t6, C t7
+    cache.insert([4])               # t8, D t9
+    cache.insert([1])               # t10  A: 2 hits
+    cache.insert([1])               # t11  A: 3 hits
+    cache.match_prefix([2])         # t12  B touched (no hit counted)
+    cache.insert([3])               # t13  C: 2 hits
     frame = cache.snapshot().filter(pl.col("depth") == 1).sort("node_id")
     assert frame.select("first_tokens", "creation_time", "last_access_time", "hit_count", "priority").rows() == [
-        ("[1]", 1, 6, 3, 0), ("[2]", 2, 7, 1, 9), ("[3]", 3, 8, 2, 0), ("[4]", 4, 4, 1, 0)]
+        ("[1]", 3, 11, 3, 0), ("[2]", 5, 12, 1, 9), ("[3]", 7, 13, 2, 0), ("[4]", 9, 9, 1, 0)]
     token_of = {e.block_hashes[0]: e.token_ids[0] for e in cache.take_events() if isinstance(e, BlockStored)}
     assert cache.evict(4) == 4
-    assert [token_of[e.block_hashes[0]] for e in cache.take_events()] == POLICY_ORDERS[policy]
+    (removed,) = cache.take_events()  # one BlockRemoved: SGLang coalesces consecutive removals
+    assert [token_of[h] for h in removed.block_hashes] == POLICY_ORDERS[policy]
 
 
 def test_evict_one_token_frees_one_whole_node_lowest_score_first() -> None:
@@ -129,56 +131,59 @@ def test_evict_one_token_frees_one_whole_node_lowest_score_first() -> None:
 
 def test_a_parent_left_childless_joins_the_same_eviction_heap() -> None:
     cache = RadixCache(enable_kv_cache_events=True)
-    cache.insert([1, 2, 3, 4])  # t1
-    cache.insert([1, 2])        # t2: split, [1 2] #2 -> [3 4] #1, both stamped t2
-    cache.insert([9])           # t3
-    token_of = {e.block_hashes[0]: e.token_ids for e in cache.take_events() if isinstance(e, BlockStored)}
+    cache.insert([1, 2, 3, 4])  # stamp t2, leaf t3
+    cache.insert([1, 2])        # stamp t4: split, [1 2] #2 (new, t5) -> [3 4] #1 (t4)
+    cache.insert([9])           # stamp t6, leaf t7
+    stored_1234, stored_9 = cache.take_events()[1:]
+    token_of = dict(zip(stored_1234.block_hashes, stored_1234.token_ids, strict=True)) | {stored_9.block_hashes[0]: 9}
     assert cache.evict(100) == 5
-    removed = [tuple(t for h in e.block_hashes for t in token_of[h]) for e in cache.take_events()]
-    assert removed == [(3, 4), (1, 2), (9,)]  # [1 2] (t2) is pushed and beats [9] (t3)
+    (removed,) = cache.take_events()
+    assert [token_of[h] for h in removed.block_hashes] == [3, 4, 1, 2, 9]  # [1 2] (t5) is pushed, beats [9] (t7)
 
 
 def test_match_prefix_refreshes_recency_of_every_visited_node_and_the_root() -> None:
     cache = RadixCache(enable_kv_cache_events=True)
-    cache.insert([1, 2, 3, 4])  # t1
-    cache.insert([1, 2])        # t2 split
-    cache.insert([9])           # t3
-    hit = cache.match_prefix([1, 2, 3, 4, 5])  # t4 visits root, [1 2], [3 4]
-    assert hit.prefix_len == 4 and cache.clock == 4
+    cache.insert([1, 2, 3, 4])  # t2, leaf t3
+    cache.insert([1, 2])        # t4, split: upper t5
+    cache.insert([9])           # t6, leaf t7
+    hit = cache.match_prefix([1, 2, 3, 4, 5])  # t8 visits root, [1 2], [3 4]
+    assert hit.prefix_len == 4 and cache.clock == 8
     frame = cache.snapshot()
     touched = dict(zip(frame["first_tokens"], frame["last_access_time"], strict=True))
-    assert touched == {"[]": 4, "[1 2]": 4, "[3 4]": 4, "[9]": 3}
+    assert touched == {"[]": 8, "[1 2]": 8, "[3 4]": 8, "[9]": 7}
     h1, h2, h3, h4 = SGLangHasher(page_size=1).event_block_hashes([1, 2, 3, 4])
     (h9,) = SGLangHasher(page_size=1).event_block_hashes([9])
     cache.take_events()
     assert cache.evict(100) == 5
-    assert [e.block_hashes for e in cache.take_events()] == [(h9,), (h3, h4), (h1, h2)]
+    assert [e.block_hashes for e in cache.take_events()] == [(h9, h3, h4, h1, h2)]  # SGLang 0.5.23's order
 
 
 # ----- splits, namespaces, hits ------------------------------------------------------
 
 def test_split_upper_half_copies_lock_ref_hit_count_and_priority() -> None:
     cache = RadixCache(page_size=4)
-    cache.insert(list(range(1, 9)), priority=3)  # t1: node #1, 1 hit
-    cache.insert(list(range(1, 9)))              # t2: 2 hits, priority stays 3
-    held = cache.match_prefix(list(range(1, 9)))  # t3
+    cache.insert(list(range(1, 9)), priority=3)  # stamp t2, node #1 made t3: 1 hit
+    cache.insert(list(range(1, 9)))              # t4: 2 hits, priority stays 3
+    held = cache.match_prefix(list(range(1, 9)))  # t5
     cache.inc_lock_ref(held.last_node)
-    hit = cache.match_prefix([1, 2, 3, 4, 99, 99, 99, 99])  # t4: ends inside #1 -> split
+    hit = cache.match_prefix([1, 2, 3, 4, 99, 99, 99, 99])  # t6: ends inside #1 -> split, upper #2 made t7
     assert hit.indices.tolist() == [1, 2, 3, 4] and hit.last_node.node_id == 2
     frame = cache.snapshot().select("node_id", "parent_id", "first_tokens", "lock_ref", "hit_count", "priority",
                                     "last_access_time", "creation_time")
-    assert frame.rows() == [(0, None, "[]", 1, 0, 3, 4, 0),
-                            (2, 0, "[1 2 3 4]", 1, 2, 3, 4, 4),
-                            (1, 2, "[5 6 7 8]", 1, 2, 3, 4, 1)]
+    assert frame.rows() == [(0, None, "[]", 1, 0, 3, 6, 1),
+                            (2, 0, "[1 2 3 4]", 1, 2, 3, 7, 7),   # stamped after the lower half, as upstream
+                            (1, 2, "[5 6 7 8]", 1, 2, 3, 6, 3)]
     assert (cache.evictable_size(), cache.protected_size()) == (0, 8)
     assert cache.dec_lock_ref(held.last_node) == 8
     check_counters(cache)
 
 
-def test_insert_counts_hits_on_walked_nodes_but_not_for_chunked_steps() -> None:
+def test_insert_counts_hits_on_walked_nodes_once_per_request() -> None:
+    """SGLang 0.5.23: a node counts a hit only past ``inserted_len``, the tokens the
+    request inserted before (chunked-prefill checkpoints)."""
     cache = RadixCache()
-    cache.insert([1, 2], chunked=True)
-    cache.insert([1, 2, 3], chunked=True)
+    cache.insert([1, 2], inserted_len=2)
+    cache.insert([1, 2, 3], inserted_len=3)
     assert cache.snapshot()["hit_count"].to_list() == [0, 0, 0]
     cache.insert([1, 2, 3])
     cache.insert([1, 2, 5])  # splits nothing: [1 2] is its own node; new leaf [5]
@@ -187,7 +192,7 @@ def test_insert_counts_hits_on_walked_nodes_but_not_for_chunked_steps() -> None:
 
 
 def test_namespaces_never_match_each_other() -> None:
-    cache = RadixCache(enable_kv_cache_events=True)
+    cache = RadixCache(enable_kv_cache_events=True, kv_event_lora_names={"lora-a": "lora-a"})
     cache.take_events()
     assert cache.insert(RadixKey([1, 2, 3], extra_key="lora-a")) == 0
     assert cache.match_prefix([1, 2, 3]).prefix_len == 0
@@ -201,9 +206,8 @@ def test_namespaces_never_match_each_other() -> None:
     plain_ids = hasher.event_block_hashes([1, 2, 3])
     assert a_ids == [-7561841190639055718, -6701250189338953919, -1701916035728534620]
     assert plain_ids == [7470307888890966271, -1634645291211865391, 7325169757385981536]
-    events = cache.take_events()
-    assert [e.block_hashes[0] for e in events] == a_ids + plain_ids
-    assert [e.lora_name for e in events] == ["lora-a"] * 3 + [None] * 3
+    events = cache.take_events()  # as SGLang 0.5.23 publishes them ("lora-a" a registered LoRA adapter)
+    assert [(list(e.block_hashes), e.lora_name) for e in events] == [(a_ids, "lora-a"), (plain_ids, None)]
     with pytest.raises(ValueError, match="different namespaces"):
         RadixKey([1], "lora-a").match(RadixKey([1]))
 
@@ -244,7 +248,7 @@ def test_finished_request_frees_the_unaligned_tail() -> None:
 def test_page_size_truncates_lookups_and_inserts() -> None:
     cache = RadixCache(page_size=4)
     assert cache.match_prefix([1, 2, 3]) == MatchResult(cache.match_prefix([]).indices, cache.root, 0)
-    assert cache.clock == 0  # a lookup shorter than a page touches nothing
+    assert cache.clock == 1  # the root's creation only: a lookup shorter than a page touches nothing
     assert cache.insert([1, 2, 3, 4, 5, 6]) == 0
     assert cache.total_size() == 4
     assert cache.match_prefix([1, 2, 3, 4, 5, 6, 7]).prefix_len == 4
@@ -266,17 +270,17 @@ def test_events_for_insert_evict_reset_with_exact_ids() -> None:
     assert SGLangHasher(page_size=4).event_block_hashes([1, 2, 3, 4, 9, 10, 11, 12]) == [P1234, P9_12]
     cache = RadixCache(page_size=4, enable_kv_cache_events=True)
     assert cache.take_events() == [AllBlocksCleared()]  # SGLang's __init__ calls reset()
-    cache.insert(list(range(1, 9)))
-    assert cache.take_events() == [stored(P1234, None, (1, 2, 3, 4)), stored(P5678, P1234, (5, 6, 7, 8))]
+    cache.insert(list(range(1, 9)))  # one event for the node's two pages, as SGLang coalesces them
+    assert cache.take_events() == [stored((P1234, P5678), None, (1, 2, 3, 4, 5, 6, 7, 8), 4)]
     cache.insert([1, 2, 3, 4, 9, 10, 11, 12])  # splits [1..8]: chained ids survive, nothing published
-    assert cache.take_events() == [stored(P9_12, P1234, (9, 10, 11, 12))]
-    assert cache.evict(4) == 4  # tie at t2: the lower node id (#1, [5..8]) goes first
+    assert cache.take_events() == [stored((P9_12,), P1234, (9, 10, 11, 12), 4)]
+    assert cache.evict(4) == 4  # [5..8] was stamped by the walk, before the split made [1..4] and [9..12]
     assert cache.take_events() == [BlockRemoved(block_hashes=(P5678,), medium="GPU")]
     assert cache.evict(100) == 8
-    assert cache.take_events() == [BlockRemoved((P9_12,), "GPU"), BlockRemoved((P1234,), "GPU")]
+    assert cache.take_events() == [BlockRemoved((P9_12, P1234), "GPU")]
     cache.insert([1, 2, 3, 4])
     assert cache.reset() is True
-    assert cache.take_events() == [stored(P1234, None, (1, 2, 3, 4)), AllBlocksCleared()]
+    assert cache.take_events() == [stored((P1234,), None, (1, 2, 3, 4), 4), AllBlocksCleared()]
     assert cache.take_events() == []
 
 
@@ -285,8 +289,9 @@ def test_split_events_give_the_mid_2025_remove_then_store_both_halves() -> None:
     cache.insert(list(range(1, 9)))
     cache.take_events()
     cache.match_prefix([1, 2, 3, 4, 99, 99, 99, 99])
-    assert cache.take_events() == [BlockRemoved((P1234, P5678), "GPU"), stored(P1234, None, (1, 2, 3, 4)),
-                                   stored(P5678, P1234, (5, 6, 7, 8))]
+    # the two halves' stores chain, so they coalesce into one event, as 0.5.23 queues them
+    assert cache.take_events() == [BlockRemoved((P1234, P5678), "GPU"),
+                                   stored((P1234, P5678), None, (1, 2, 3, 4, 5, 6, 7, 8), 4)]
 
 
 def test_multi_page_node_events_chain_through_the_parent() -> None:
@@ -294,10 +299,10 @@ def test_multi_page_node_events_chain_through_the_parent() -> None:
     cache.insert([1, 2, 3, 4])
     cache.insert([1, 2, 3, 4, 5, 6, 7, 8])
     ids = SGLangHasher(page_size=2).event_block_hashes(range(1, 9))
-    assert cache.take_events()[1:] == [stored(ids[0], None, (1, 2)), stored(ids[1], ids[0], (3, 4)),
-                                       stored(ids[2], ids[1], (5, 6)), stored(ids[3], ids[2], (7, 8))]
+    # the second node's store continues the first one's chain: one event (SGLang 0.5.23)
+    assert cache.take_events()[1:] == [stored(tuple(ids), None, tuple(range(1, 9)), 2)]
     cache.evict(100)
-    assert cache.take_events() == [BlockRemoved((ids[2], ids[3]), "GPU"), BlockRemoved((ids[0], ids[1]), "GPU")]
+    assert cache.take_events() == [BlockRemoved((ids[2], ids[3], ids[0], ids[1]), "GPU")]
 
 
 def test_events_off_records_nothing() -> None:
@@ -319,7 +324,7 @@ def test_unlock_without_a_lock_is_a_caller_mistake_and_changes_nothing() -> None
         cache.dec_lock_ref(node)
     with pytest.raises(ValueError, match=r"last_node TreeNode\(id=1, .*\) is not locked \(lock_ref 0\)"):
         cache.cache_finished_req([1, 2, 3, 4], [1, 2, 3], node)
-    assert lock_refs(cache) == {0: 1, 1: 0} and cache.clock == 2
+    assert lock_refs(cache) == {0: 1, 1: 0} and cache.clock == 4
     check_counters(cache)
     # the root's lock is permanent: locking / unlocking it (a request that matched nothing) is a no-op, as upstream
     assert cache.inc_lock_ref(cache.root) == 0 and cache.dec_lock_ref(cache.root) == 0
@@ -377,13 +382,13 @@ def test_stale_and_foreign_nodes_are_rejected() -> None:
         cache.cache_finished_req([1, 2], [1], "root")
 
 
-def test_reset_is_refused_while_locked_and_returns_slots() -> None:
+def test_reset_refused_while_locked_on_request_and_returns_slots() -> None:
     cache = RadixCache(kv_pool_size=8, enable_kv_cache_events=True)
     cache.insert([1, 2, 3], cache.allocator.alloc(3))
     old = cache.match_prefix([1, 2, 3]).last_node
     cache.inc_lock_ref(old)
     cache.take_events()
-    assert cache.reset() is False and cache.total_size() == 3 and cache.take_events() == []
+    assert cache.reset(refuse_if_locked=True) is False and cache.total_size() == 3 and cache.take_events() == []
     cache.dec_lock_ref(old)
     assert cache.reset() is True
     assert (cache.total_size(), cache.allocator.available_size(), cache.root.node_id) == (0, 8, 2)
@@ -402,15 +407,16 @@ def test_snapshot_pretty_and_repr() -> None:
                             "first_tokens": pl.String, "lock_ref": pl.Int64, "evictable": pl.Boolean,
                             "last_access_time": pl.Int64, "hit_count": pl.Int64, "extra_key": pl.String,
                             "priority": pl.Int64, "creation_time": pl.Int64}
+    # ticks: root 1; insert 2 (leaf #1: 3); insert 4 (split: #2 5, leaf #3 6); match 7
     assert frame.drop("extra_key", "priority").rows() == [
-        (0, None, 0, 0, "[]", 1, False, 3, 0, 0),
-        (2, 0, 1, 4, "[1 2 3 4]", 1, False, 3, 2, 2),
-        (1, 2, 2, 4, "[5 6 7 8]", 0, True, 2, 1, 1),
-        (3, 2, 2, 2, "[10 11]", 1, False, 3, 1, 2)]
+        (0, None, 0, 0, "[]", 1, False, 7, 0, 1),
+        (2, 0, 1, 4, "[1 2 3 4]", 1, False, 7, 2, 5),
+        (1, 2, 2, 4, "[5 6 7 8]", 0, True, 4, 1, 3),
+        (3, 2, 2, 2, "[10 11]", 1, False, 7, 1, 6)]
     assert cache.pretty() == ("root #0 r=1\n"
-                              "  [1 2 3 4] #2 r=1 hit=2 t=3\n"
-                              "    [5 6 7 8] #1 r=0 hit=1 t=2\n"
-                              "    [10 11] #3 r=1 hit=1 t=3\n"
+                              "  [1 2 3 4] #2 r=1 hit=2 t=7\n"
+                              "    [5 6 7 8] #1 r=0 hit=1 t=4\n"
+                              "    [10 11] #3 r=1 hit=1 t=7\n"
                               "tokens 10: evictable 4, protected 6")
     assert repr(cache) == "RadixCache(page_size=2, eviction_policy='slru', tokens=10, evictable=4, protected=6)"
     assert repr(cache.root.children[(1, 2)]) == "TreeNode(id=2, key=[1 2 3 4], lock_ref=1, hit_count=2)"
@@ -421,11 +427,18 @@ def test_snapshot_pretty_and_repr() -> None:
 # ----- policies registry, allocator, bad input ----------------------------------------
 
 def test_policy_registry_names_and_errors() -> None:
-    assert list(EVICTION_STRATEGIES) == ["lru", "lfu", "fifo", "mru", "filo", "priority", "slru"]
+    assert list(EVICTION_STRATEGIES) == ["lru", "lfu", "fifo", "mru", "filo", "priority", "slru", "tlru"]
     assert all(get_eviction_strategy(name).name == name for name in EVICTION_STRATEGIES)
     with pytest.raises(ValueError, match=r"eviction_policy must be one of \['lru', 'lfu', 'fifo', 'mru', 'filo', "
-                                         r"'priority', 'slru'\], got 'arc'"):
+                                         r"'priority', 'slru', 'tlru'\], got 'arc'"):
         RadixCache(eviction_policy="arc")
+    with pytest.raises(ValueError, match="eviction_policy_config has 'threshold', which the 'slru' policy does not "
+                                         r"take \(it takes \['protected_threshold'\]\)"):
+        RadixCache(eviction_policy="slru", eviction_policy_config={"threshold": 1})
+    with pytest.raises(ValueError, match="next_prompt_estimate must be an integer >= 0, got -1"):
+        RadixCache(eviction_policy="tlru", eviction_policy_config={"next_prompt_estimate": -1})
+    assert RadixCache(eviction_policy="slru", eviction_policy_config={"protected_threshold": 3}).eviction_strategy \
+        .protected_threshold == 3
     with pytest.raises(ValueError, match="got None"):
         get_eviction_strategy(None)
     with pytest.raises(ValueError, match="protected_threshold must be an integer >= 1, got 0"):
@@ -473,7 +486,7 @@ def test_bad_calls_raise_value_error_naming_the_parameter() -> None:
         (lambda: cache.insert([1, 2], [1, 1]), "value must hold distinct slots"),
         (lambda: cache.insert([1], [-1]), "value must be a 1-D sequence of non-negative integer slots"),
         (lambda: cache.insert([1], slots[:1], priority=1.5), "priority must be an integer, got 1.5"),
-        (lambda: cache.insert([1], slots[:1], chunked=None), "chunked must be a bool, got None"),
+        (lambda: cache.insert([1], slots[:1], inserted_len=-1), "inserted_len must be an integer >= 0, got -1"),
         (lambda: cache.evict(-1), "num_tokens must be an integer >= 0, got -1"),
         (lambda: cache.match_prefix("abc"), "key must be a RadixKey or a sequence of token ids"),
         (lambda: cache.match_prefix([1, -2]), "token_ids must be >= 0"),
@@ -500,7 +513,7 @@ def test_finished_request_must_continue_its_matched_path() -> None:
         cache.cache_finished_req(RadixKey([1, 5, 3, 4], "a"), np.concatenate([hit.indices, own]), hit.last_node)
     with pytest.raises(ValueError, match="must be the start of key and kv_indices"):
         cache.cache_finished_req(RadixKey([1, 2, 3, 4], "a"), np.concatenate([own, hit.indices]), hit.last_node)
-    assert (cache.total_size(), cache.protected_size(), cache.clock) == (2, 2, 2)
+    assert (cache.total_size(), cache.protected_size(), cache.clock) == (2, 2, 4)
     assert cache.cache_finished_req(RadixKey([1, 2, 3, 4], "a"), np.concatenate([hit.indices, own]),
                                     hit.last_node, priority=5) == 0
     assert cache.snapshot().select("first_tokens", "priority", "evictable").rows()[1:] == [
@@ -522,7 +535,7 @@ def test_insert_rejects_slots_the_tree_already_holds_under_another_key() -> None
     with pytest.raises(ValueError, match=r"value must hold distinct slots allocated .* not allocated \[7\]"):
         cache.insert([5, 6], [own[0], 7])
     assert (cache.pretty(), cache.clock, pool.available_size()) == (
-        "root #0 r=1\n  [1 2 3 4] #1 r=0 hit=1 t=1\ntokens 4: evictable 4, protected 0", 1, 2)
+        "root #0 r=1\n  [1 2 3 4] #1 r=0 hit=1 t=3\ntokens 4: evictable 4, protected 0", 3, 2)
     # the matched part may carry the tree's own slots (cache_finished_req passes them)
     assert cache.insert([1, 2, 7, 8], [1, 2, *own]) == 2
     assert cache.tree_slots.owned().tolist() == [1, 2, 3, 4, 5, 6]
@@ -568,7 +581,7 @@ def test_token_ids_must_fit_int64() -> None:
                  lambda: cache.cache_finished_req([1, BIG], [1], cache.root)):
         with pytest.raises(ValueError, match=message):
             call()
-    assert (cache.clock, cache.total_size()) == (0, 0)
+    assert (cache.clock, cache.total_size()) == (1, 0)
     assert cache.insert([2**63 - 1]) == 0
     assert cache.match_prefix([2**63 - 1]).indices.tolist() == [2**63 - 1]
 
@@ -577,5 +590,5 @@ def test_a_key_shorter_than_a_page_inserts_nothing_but_ticks_and_stamps_the_root
     cache = RadixCache(page_size=4)
     cache.insert([1, 2, 3, 4])
     assert cache.insert([1, 2, 3], priority=7) == 0
-    assert cache.clock == 2 and cache.snapshot().select("first_tokens", "last_access_time", "priority").rows() == [
-        ("[]", 2, 7), ("[1 2 3 4]", 1, 0)]
+    assert cache.clock == 4 and cache.snapshot().select("first_tokens", "last_access_time", "priority").rows() == [
+        ("[]", 4, 7), ("[1 2 3 4]", 3, 0)]

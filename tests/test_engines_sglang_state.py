@@ -33,6 +33,7 @@ from kvlab.engines.sglang.evict_policy import EVICTION_STRATEGIES
 from kvlab.engines.sglang.radix_cache import RadixCache
 from kvlab.engines.sglang.tree_node import RadixKey, TreeNode, iter_tree
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored
+from kvlab.hashing.sglang_hash import hash_str_to_int64, kv_event_namespace_seed, namespaced_block_hash
 
 POOL_SLOTS = 64
 TOKENS = st.lists(st.integers(0, 3), max_size=12)
@@ -50,8 +51,11 @@ class RadixCacheMachine(RuleBasedStateMachine):
     @initialize(page_size=st.sampled_from([1, 4]), policy=st.sampled_from(list(EVICTION_STRATEGIES)),
                 split_events=st.booleans())
     def setup(self, page_size: int, policy: str, split_events: bool) -> None:
+        # "lora-a" is a registered LoRA adapter, so its events are namespaced: an unregistered
+        # extra_key publishes the plain ids, which two namespaces would then share (as in SGLang)
         self.cache = RadixCache(page_size=page_size, eviction_policy=policy, kv_pool_size=POOL_SLOTS,
-                                enable_kv_cache_events=True, split_events=split_events)
+                                enable_kv_cache_events=True, split_events=split_events,
+                                kv_event_lora_names={"lora-a": "adapter-a"})
         self.running: list[Request] = []
         self.index: set[int] = set()
         self.seen: list[RadixKey] = []
@@ -209,7 +213,17 @@ class RadixCacheMachine(RuleBasedStateMachine):
             else:
                 assert isinstance(event, AllBlocksCleared)
                 self.index.clear()
-        assert self.index == {i for n in self.nodes() for i in n.block_ids}
+        assert self.index == {i for n in self.nodes() for i in published_ids(n)}
+
+
+def published_ids(node: TreeNode) -> list[int]:
+    """The ids SGLang publishes for ``node``'s pages: int64 prefixes of its event-chain
+    hashes, namespaced under the registered adapter ("lora-a")."""
+    ids = [hash_str_to_int64(h) for h in node.hash_value]
+    if node.key.extra_key is None:
+        return ids
+    seed = kv_event_namespace_seed(node.key.extra_key, None)
+    return [namespaced_block_hash(i, seed) for i in ids]
 
 
 TestRadixCacheMachine = RadixCacheMachine.TestCase

@@ -300,14 +300,17 @@ def test_events_stored_with_parent_and_removed_on_lazy_eviction() -> None:
     assert admit(manager, a) == [1, 2, 3]
     (stored,) = manager.take_events()
     assert stored == BlockStored(block_hashes=a.block_hashes, parent_block_hash=None, token_ids=list(range(8)),
-                                 block_size=4, lora_id=None, medium="GPU", lora_name=None)
+                                 block_size=4, lora_id=None, medium="GPU", lora_name=None, extra_keys=[None, None],
+                                 group_idx=0, kv_cache_spec_kind="full_attention")
     manager.free(a)
     b = Request.from_block_keys("b", 12, [1, 2, 3])  # keys only: events carry no tokens
     assert admit(manager, b) == [3, 2, 1]
     events = manager.take_events()
-    assert events == [BlockRemoved([a.block_hashes[1]], medium="GPU"), BlockRemoved([a.block_hashes[0]], medium="GPU"),
+    assert events == [BlockRemoved([a.block_hashes[1]], medium="GPU", group_idx=0),
+                      BlockRemoved([a.block_hashes[0]], medium="GPU", group_idx=0),
                       BlockStored(block_hashes=[1, 2, 3], parent_block_hash=None, token_ids=[], block_size=4,
-                                  lora_id=None, medium="GPU", lora_name=None)]
+                                  lora_id=None, medium="GPU", lora_name=None, extra_keys=[None, None, None],
+                                  group_idx=0, kv_cache_spec_kind="full_attention")]
     assert events[-1].token_ids == ()  # as Request.from_block_keys documents
     quiet = make_manager(4)
     admit(quiet, Request.from_block_keys("q", 8, [1, 2]))
@@ -477,11 +480,12 @@ def test_extras_reach_the_hasher() -> None:
     manager = make_manager(6)
     base = Request.from_tokens("base", range(9), HASHER4)
     assert admit(manager, base) == [1, 2, 3]
-    lora = Request.from_tokens("lora", range(9), HASHER4, RequestExtras(lora_name="ad"))
+    lora = Request.from_tokens("lora", range(9), HASHER4, RequestExtras(lora_name="ad"), lora_id=1)
     assert set(lora.block_hashes).isdisjoint(base.block_hashes)
     assert manager.get_computed_blocks(lora) == ([], 0)
     lora.append_tokens(range(9, 12))  # completes a block: keys still carry the adapter
-    assert lora.block_hashes == Request.from_tokens("x", range(12), HASHER4, RequestExtras(lora_name="ad")).block_hashes
+    assert lora.block_hashes == Request.from_tokens("x", range(12), HASHER4, RequestExtras(lora_name="ad"),
+                                                  lora_id=1).block_hashes
 
 
 def test_pool_with_only_the_null_block() -> None:

@@ -506,7 +506,8 @@ class RadixDriver:
     """An SGLang RadixCache (page == canonical block) whose events feed an index."""
 
     def __init__(self, index) -> None:
-        self.cache = RadixCache(page_size=BS, enable_kv_cache_events=True)
+        # "lora-a" is a registered LoRA adapter: SGLang names it in its events only then
+        self.cache = RadixCache(page_size=BS, enable_kv_cache_events=True, kv_event_lora_names={"lora-a": "lora-a"})
         self.index, self.ingestor, self.seq = index, EventIngestor(index, block_size=BS), 0
 
     def step(self) -> None:

@@ -3,17 +3,22 @@
 ==============================  ===========================================================
 kvlab module                    upstream file
 ==============================  ===========================================================
-:mod:`.radix_cache`             ``radix_cache.py`` (``RadixCache``, ``MatchResult``)
+:mod:`.radix_cache`             ``radix_cache.py`` (``RadixCache``, ``MatchResult``): the walks
+                                and the request-level calls
+:mod:`.tree_core`               ``radix_cache.py``'s tree bookkeeping (clock, nodes, splits,
+                                locks, counters), split off as upstream splits
+                                ``unified_cache/unified_tree_core.py`` (T-LRU depths from there)
 :mod:`.tree_node`               ``radix_cache.py`` (``RadixKey``, ``TreeNode``), apart so that
                                 every module below can import them without a circle
-:mod:`.evict_policy`            ``evict_policy.py`` (``LRUStrategy`` …)
+:mod:`.evict_policy`            ``evict_policy.py`` (``LRUStrategy`` … ``TLRUStrategy``) and
+                                ``utils.py :: get_eviction_strategy``
 :mod:`.allocator`               ``allocator.py`` (``TokenToKVPoolAllocator``)
-:mod:`.events`                  ``events.py`` (the KV event recorder)
+:mod:`.events`                  ``events.py`` (``KVCacheEventRecorder``, ``KvEventLoraNames``)
 :mod:`.checks`                  none: the caller checks SGLang leaves to its scheduler
 ==============================  ===========================================================
 
-Imports point one way: ``tree_node`` ← ``evict_policy``, ``events``, ``allocator`` ←
-``checks`` ← ``radix_cache``.
+Modelled on SGLang 0.5.23. Imports point one way: ``tree_node`` ← ``evict_policy``,
+``events``, ``allocator`` ← ``checks`` ← ``tree_core`` ← ``radix_cache``.
 """
 
 from kvlab.engines.sglang.allocator import TokenToKVPoolAllocator

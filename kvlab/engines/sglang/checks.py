@@ -64,6 +64,11 @@ class TreeSlots:
         """Record ``slots`` (checked by :meth:`check_new`) as held by the tree."""
         self._held[slots] = True
 
+    def disown(self, slots: np.ndarray) -> None:
+        """Stop holding ``slots`` without freeing them: they stay allocated, the caller's
+        (the locked nodes a forced reset drops are still in use by their requests)."""
+        self._held[slots] = False
+
     def release(self, slots: np.ndarray, operation: str) -> None:
         """Free tree slots to the pool, checking all of them before freeing any.
 

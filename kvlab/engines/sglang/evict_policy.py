@@ -18,7 +18,12 @@ name            score (lowest evicted first)                   class
 ``filo``        ``-creation_time``                             :class:`FILOStrategy`
 ``priority``    ``(priority, last_access_time)``               :class:`PriorityStrategy`
 ``slru``        ``(1 if hit_count >= 2 else 0, last_access)``  :class:`SLRUStrategy` (threshold 2)
+``tlru``        ``(-1 if TEL-safe else 0, last_access_time)``  :class:`TLRUStrategy`
 ==============  =============================================  ==================================
+
+``slru`` and ``tlru`` take parameters (SGLang's ``--radix-eviction-policy-config``, a JSON
+object passed to the class as keyword arguments): pass them as ``config`` to
+:func:`get_eviction_strategy` or as ``eviction_policy_config`` to the cache.
 
 These are not :mod:`kvlab.policies` plug-ins: those are flat per-block policies (a
 reference class plus numba kernel hooks over dense block ids) for cache-level replay,
@@ -31,9 +36,11 @@ victims but cannot pin a node (locks do that).
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
 from typing import Protocol
 
-from kvlab.core.validate import check_positive
+from kvlab.core.validate import check_count, check_positive
 from kvlab.engines.sglang.tree_node import TreeNode
 
 #: A sortable eviction score: an int or a tuple of ints.
@@ -177,25 +184,89 @@ class SLRUStrategy:
         return (1 if node.hit_count >= self.protected_threshold else 0, node.last_access_time)
 
 
-#: The strategies by ``--radix-eviction-policy`` name.
-EVICTION_STRATEGIES: dict[str, type] = {cls.name: cls for cls in (
-    LRUStrategy, LFUStrategy, FIFOStrategy, MRUStrategy, FILOStrategy, PriorityStrategy, SLRUStrategy)}
+class TLRUStrategy:
+    """Tail-optimized LRU (T-LRU, Zhang et al., arXiv:2510.15152): evict first the part of a
+    conversation that cannot change its next turn's TTFT, then plain LRU.
 
+    Models SGLang 0.5.23 ``TLRUStrategy``. A branch that reached ``L`` tokens
+    (``node.tlru_history_len``) and whose next prompt is expected to add
+    ``next_prompt_estimate`` tokens needs only ``L + next_prompt_estimate - threshold``
+    of them cached; a node whose removal still leaves that many cached above it
+    (``tlru_cached_prefix_len - len(key)``) is *TEL-safe* and scores -1, ahead of every
+    other node (0); LRU within each group. Both parameters are token counts (the paper
+    states blocks: multiply by the page size). The cache keeps the two node depths while
+    it runs this strategy (:mod:`kvlab.engines.sglang.tree_core`), as SGLang's
+    ``UnifiedRadixCache`` does — upstream refuses ``tlru`` on any other tree cache, and its
+    server also refuses ``threshold <= next_prompt_estimate`` (then no node is ever
+    TEL-safe and T-LRU is LRU, as with the defaults here).
 
-def get_eviction_strategy(name: str) -> EvictionStrategy:
-    """A fresh strategy object by ``--radix-eviction-policy`` name (case-insensitive, as
-    SGLang lower-cases it).
-
-    Models SGLang ``get_eviction_strategy``.
+    Args:
+        threshold: the TTFT budget in tokens (an integer >= 0).
+        next_prompt_estimate: the expected next prompt, in tokens (an integer >= 0).
 
     Raises:
-        ValueError: unknown name; the message lists the known names.
+        ValueError: a parameter that is not an integer >= 0.
+
+    Example:
+        >>> from kvlab.engines.sglang.tree_node import RadixKey
+        >>> node = TreeNode(node_id=1, now=5)
+        >>> node.tlru_cached_prefix_len = node.tlru_history_len = 100  # a leaf 100 tokens deep
+        >>> strategy = TLRUStrategy(threshold=40)  # budget 100 - 40 = 60 tokens
+        >>> node.key = RadixKey(range(30))  # 70 tokens above it: TEL-safe
+        >>> strategy.get_priority(node)
+        (-1, 5)
+        >>> node.key = RadixKey(range(50))  # 50 above: it counts toward the budget
+        >>> strategy.get_priority(node)
+        (0, 5)
+    """
+
+    name = "tlru"
+
+    def __init__(self, threshold: int = 0, next_prompt_estimate: int = 0) -> None:
+        self.threshold = check_count("threshold", threshold)
+        self.next_prompt_estimate = check_count("next_prompt_estimate", next_prompt_estimate)
+
+    def get_priority(self, node: TreeNode) -> Score:
+        """``(-1 if TEL-safe else 0, last_access_time)``."""
+        budget = max(node.tlru_history_len + self.next_prompt_estimate - self.threshold, 0)
+        tel_safe = node.tlru_cached_prefix_len - len(node.key) >= budget
+        return (-1 if tel_safe else 0, node.last_access_time)
+
+
+#: The strategies by ``--radix-eviction-policy`` name.
+EVICTION_STRATEGIES: dict[str, type] = {cls.name: cls for cls in (
+    LRUStrategy, LFUStrategy, FIFOStrategy, MRUStrategy, FILOStrategy, PriorityStrategy, SLRUStrategy,
+    TLRUStrategy)}
+
+
+def get_eviction_strategy(name: str, config: Mapping[str, int] | None = None) -> EvictionStrategy:
+    """A fresh strategy object by ``--radix-eviction-policy`` name (case-insensitive, as
+    SGLang lower-cases it), built with ``config`` as keyword arguments
+    (``--radix-eviction-policy-config``).
+
+    Models SGLang ``mem_cache/utils.py :: get_eviction_strategy``.
+
+    Raises:
+        ValueError: unknown name (the message lists the known names); ``config`` not a
+            mapping, or a key the strategy does not take (names the key and the policy),
+            or a bad value (from the strategy).
 
     Example:
         >>> get_eviction_strategy("LFU").name
         'lfu'
+        >>> get_eviction_strategy("slru", {"protected_threshold": 4}).protected_threshold
+        4
     """
     strategy = EVICTION_STRATEGIES.get(name.lower()) if isinstance(name, str) else None
     if strategy is None:
         raise ValueError(f"eviction_policy must be one of {list(EVICTION_STRATEGIES)}, got {name!r}")
-    return strategy()
+    if config is not None and not isinstance(config, Mapping):
+        raise ValueError(f"eviction_policy_config must be a mapping of keyword arguments or None, got {config!r}")
+    if not config:
+        return strategy()
+    params = list(inspect.signature(strategy).parameters)
+    unknown = [key for key in config if key not in params]
+    if unknown:
+        raise ValueError(f"eviction_policy_config has {unknown[0]!r}, which the {strategy.name!r} policy does not "
+                         f"take (it takes {list(params) or 'nothing'})")
+    return strategy(**config)

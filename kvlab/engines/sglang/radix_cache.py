@@ -1,7 +1,7 @@
 """SGLang's RadixCache: a radix tree of token spans mapping prefixes to KV slots.
 
 Models ``sgl-project/sglang : python/sglang/srt/mem_cache/radix_cache.py :: RadixCache``
-(SGLang 0.5.x, rules S1–S9 of docs/specs/engines.md §2.1). One request's life::
+(SGLang 0.5.23, rules S1–S9 of docs/specs/engines.md §2.1). One request's life::
 
     r = cache.match_prefix(tokens[:-1])       S2/S3: page-aligned hit; may split a node
     cache.inc_lock_ref(r.last_node)           S6: the hit is protected while running
@@ -11,23 +11,14 @@ Models ``sgl-project/sglang : python/sglang/srt/mem_cache/radix_cache.py :: Radi
     cache.evict(n)                            S7: whole unlocked leaves, lowest score first
 
 Unlike vLLM's lookup, ``match_prefix`` mutates the tree (splits, recency). Eviction
-removes only leaves, so residency is prefix-closed (S8). The cache keeps SGLang's
-counters incrementally::
+removes only leaves, so residency is prefix-closed (S8). The tree itself — its clock
+(one tick per reading of SGLang's ``time.monotonic()``), nodes, splits, locks and
+counters — is :mod:`kvlab.engines.sglang.tree_core`; its KV events (S9, coalesced as
+SGLang queues them) are :mod:`kvlab.engines.sglang.events`.
 
-    evictable_size + protected_size == tokens in the tree
-    protected  = tokens of nodes with lock_ref > 0      (the root: lock_ref 1, no tokens)
-    evictable leaves = unlocked, childless, non-root nodes  (eviction never walks the tree)
-
-Differences from upstream, all for determinism: times are ticks of a logical clock (one
-per ``match_prefix`` / ``insert``, shared by every node that operation stamps), node ids
-come from a per-instance counter, and eviction ties (same score, same tick) go to the
-lower node id — the node SGLang's monotonic clock would have stamped first.
-
-KV events (rule S9, :mod:`kvlab.engines.sglang.events`): ``BlockStored`` per page of a
-new leaf, ``BlockRemoved`` per evicted node, ``AllBlocksCleared`` on reset and at
-construction; a split emits none unless ``split_events=True`` (mid-2025 SGLang). Not
-modelled: S5's ``cache_unfinished_req`` (chunked prefill; ``insert(..., chunked=True)``
-is its insert).
+Not modelled: ``cache_unfinished_req`` / ``checkpoint`` (chunked prefill; pass its
+``inserted_len`` to :meth:`RadixCache.insert`), the prompt-boundary split 0.5.23's
+``checkpoint`` makes, ``cache_salt`` namespaces, EAGLE bigram keys.
 
 Checks SGLang does not make (:mod:`kvlab.engines.sglang.checks`): with a KV pool the cache
 records which slots the tree holds and refuses new tokens whose slots the tree already
@@ -37,11 +28,11 @@ every slot before freeing any. Token ids must fit int64 (``< 2**63``), as SGLang
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
-import polars as pl
 
 from kvlab.core.validate import check_count, check_flag, check_int
 from kvlab.engines.sglang.allocator import TokenToKVPoolAllocator
@@ -55,6 +46,7 @@ from kvlab.engines.sglang.checks import (
 )
 from kvlab.engines.sglang.events import RadixEventRecorder
 from kvlab.engines.sglang.evict_policy import get_eviction_strategy
+from kvlab.engines.sglang.tree_core import RadixTreeCore
 from kvlab.engines.sglang.tree_node import (
     RadixKey,
     TreeNode,
@@ -62,14 +54,10 @@ from kvlab.engines.sglang.tree_node import (
     iter_tree,
     matched_len,
     plan_eviction,
-    tree_frame,
-    tree_text,
 )
 from kvlab.events.types import KVEvent
 from kvlab.hashing.base import check_block_size
 
-#: The root's priority: SGLang's ``-sys.maxsize`` (any real priority overrides it).
-ROOT_PRIORITY = -(2**63 - 1)
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
@@ -90,7 +78,7 @@ class MatchResult(NamedTuple):
     """Matched tokens, a multiple of the page size."""
 
 
-class RadixCache:
+class RadixCache(RadixTreeCore):
     """SGLang's radix prefix cache with a simulated KV slot pool.
 
     Models SGLang ``RadixCache`` (rules S1–S9; module docstring). Without
@@ -107,6 +95,12 @@ class RadixCache:
         enable_kv_cache_events: record KV events for :meth:`take_events`.
         split_events: publish remove + store events on a node split (mid-2025 SGLang,
             spec S9); the default ``False`` publishes nothing then (current SGLang).
+        eviction_policy_config: the strategy's parameters (``--radix-eviction-policy-config``),
+            e.g. ``{"threshold": 4096, "next_prompt_estimate": 512}`` for ``"tlru"``.
+        kv_event_lora_names: ``extra_key → LoRA adapter name`` of the registered LoRA
+            adapters (SGLang's ``KvEventLoraNames``; more with :meth:`register_lora`).
+            Events of a namespace in it carry the adapter name and namespaced ids; any
+            other ``extra_key`` publishes the plain ids and no name.
 
     Attributes:
         eviction_strategy: the strategy object (``eviction_strategy.name`` is its name).
@@ -115,7 +109,8 @@ class RadixCache:
         tree_slots: the :class:`~kvlab.engines.sglang.checks.TreeSlots` record of the
             slots the tree holds, or ``None`` without ``kv_pool_size``.
         root: the root node (``lock_ref`` 1, no tokens); replaced by a reset.
-        clock: the logical clock, ticked once per ``match_prefix`` / ``insert``.
+        clock: the logical clock: a tick per operation stamp and per new node
+            (:mod:`kvlab.engines.sglang.tree_core`).
 
     Raises:
         ValueError: a bad argument (names it and its value; an unknown strategy lists the
@@ -131,28 +126,28 @@ class RadixCache:
         ([1, 2], 2)
         >>> print(cache.pretty())
         root #0 r=1
-          [1 2] #2 r=0 hit=1 t=2
-            [3 4] #1 r=0 hit=1 t=2
+          [1 2] #2 r=0 hit=1 t=5
+            [3 4] #1 r=0 hit=1 t=4
         tokens 4: evictable 4, protected 0
         >>> cache.evict(1), cache.allocator.free_slots().tolist()[-2:]
         (2, [3, 4])
     """
 
     def __init__(self, page_size: int = 1, eviction_policy: str = "lru", kv_pool_size: int | None = None,
-                 enable_kv_cache_events: bool = False, *, split_events: bool = False) -> None:
-        self.eviction_strategy = get_eviction_strategy(eviction_policy)
-        if kv_pool_size is None:
-            self.allocator = self.tree_slots = None
-        else:
+                 enable_kv_cache_events: bool = False, *, split_events: bool = False,
+                 eviction_policy_config: Mapping[str, int] | None = None,
+                 kv_event_lora_names: Mapping[str, str] | None = None) -> None:
+        strategy = get_eviction_strategy(eviction_policy, eviction_policy_config)
+        self.allocator = None
+        tree_slots = None
+        if kv_pool_size is not None:
             self.allocator = TokenToKVPoolAllocator(check_block_size(kv_pool_size, "kv_pool_size"))
-            self.tree_slots = TreeSlots(self.allocator)
-        self.page_size = check_block_size(page_size, "page_size")
+            tree_slots = TreeSlots(self.allocator)
+        page_size = check_block_size(page_size, "page_size")
         self.enable_kv_cache_events = check_flag("enable_kv_cache_events", enable_kv_cache_events)
-        self.split_events = check_flag("split_events", split_events)
-        self._events = RadixEventRecorder(enabled=self.enable_kv_cache_events, page_size=self.page_size)
-        self.clock = 0
-        self._next_id = 0
-        self._new_tree()
+        events = RadixEventRecorder(enabled=self.enable_kv_cache_events, page_size=page_size,
+                                    lora_names=kv_event_lora_names)
+        super().__init__(page_size, strategy, events, tree_slots, check_flag("split_events", split_events))
 
     @classmethod
     def create_simulated(cls, page_size: int = 1, enable_kv_cache_events: bool = False) -> RadixCache:
@@ -167,36 +162,22 @@ class RadixCache:
 
     # ----- public API ---------------------------------------------------------------
 
-    def evictable_size(self) -> int:
-        """Tokens in unlocked nodes (SGLang ``evictable_size``)."""
-        return self._evictable
-
-    def protected_size(self) -> int:
-        """Tokens in locked nodes (SGLang ``protected_size``)."""
-        return self._protected
-
-    def total_size(self) -> int:
-        """Tokens in the tree, counted by a walk (SGLang ``total_size``)."""
-        return sum(len(node.key) for node, _ in iter_tree(self.root))
-
     def take_events(self) -> list[KVEvent]:
-        """The KV events recorded since the last call, oldest first; clears the queue.
+        """The KV events recorded since the last call, oldest first, coalesced as SGLang
+        queues them; clears the queue.
 
         Models SGLang ``RadixCache.take_events``; always ``[]`` when events are off."""
         return self._events.take()
 
-    def pretty(self) -> str:
-        """The tree as text, one node per line (SGLang ``pretty_print``; format in
-        :mod:`kvlab.engines.sglang.tree_node`), then the token counts."""
-        return (f"{tree_text(self.root)}\n"
-                f"tokens {self.total_size()}: evictable {self._evictable}, protected {self._protected}")
+    def register_lora(self, extra_key: str, lora_name: str) -> None:
+        """Register ``extra_key`` as the namespace of LoRA adapter ``lora_name``: its
+        events from now on carry that name and namespaced ids (SGLang's scheduler registers
+        a LoRA request's ``extra_key`` in ``KvEventLoraNames`` when it arrives).
 
-    def snapshot(self) -> pl.DataFrame:
-        """One row per node, root first, depth-first: ``node_id``, ``parent_id``,
-        ``depth``, ``num_tokens``, ``first_tokens``, ``lock_ref``, ``evictable``,
-        ``last_access_time``, ``hit_count``, ``extra_key``, ``priority``,
-        ``creation_time`` (see :func:`~kvlab.engines.sglang.tree_node.tree_frame`)."""
-        return tree_frame(self.root)
+        Raises:
+            ValueError: a key or name that is not a non-empty string.
+        """
+        self._events.register_lora(extra_key, lora_name)
 
     def match_prefix(self, key: RadixKey | Sequence[int]) -> MatchResult:
         """The longest cached prefix of ``key``, in whole pages.
@@ -205,8 +186,9 @@ class RadixCache:
         the key is cut to a page multiple (a key shorter than a page matches nothing and
         touches nothing); every visited node, the root included, gets
         ``last_access_time = now``; when the match ends inside a node, that node is
-        split there (the upper half copies ``lock_ref``, ``hit_count`` and ``priority``)
-        and the upper half is ``last_node``. Only the key's namespace is searched (S1).
+        split there (the upper half is a new node, stamped a tick later, copying
+        ``lock_ref``, ``hit_count`` and ``priority``) and the upper half is
+        ``last_node``. Only the key's namespace is searched (S1).
 
         Raises:
             ValueError: ``key`` neither a :class:`RadixKey` nor a token sequence, or a
@@ -231,15 +213,19 @@ class RadixCache:
         return MatchResult(indices, node, len(indices))
 
     def insert(self, key: RadixKey | Sequence[int], value: Sequence[int] | np.ndarray | None = None,
-               priority: int = 0, chunked: bool = False) -> int:
+               priority: int = 0, inserted_len: int = 0) -> int:
         """Insert ``key`` with KV slots ``value``; return the prefix length already cached.
 
-        Models SGLang ``RadixCache.insert`` / ``_insert_helper`` (rule S4): the key is cut
-        to a page multiple; the clock ticks and the root gets ``last_access_time = now``
-        and ``priority = max(root's, priority)``; every walked node gets the same, plus
-        ``hit_count += 1`` unless ``chunked``; a partial match splits; the rest becomes a
-        new leaf (``hit_count`` 1, or 0 when chunked). A key shorter than a page (or
-        empty) adds no node and returns 0, but — as upstream, whose helper stamps the
+        Models SGLang 0.5.23 ``RadixCache.insert`` / ``_insert_helper`` (rule S4): the key
+        is cut to a page multiple; the clock ticks and the root gets
+        ``last_access_time = now`` and ``priority = max(root's, priority)``; every walked
+        node gets the same; a partial match splits (the upper half is a new node, stamped
+        later); the rest becomes a new leaf, stamped last. Hits are counted once per
+        request: a walked node (the upper half of a split included) gets ``hit_count +=
+        1``, and a new leaf starts at 1, only if it ends past ``inserted_len`` — the
+        tokens this request inserted before (SGLang's ``req.kv.cache_inserted_len``, set by
+        chunked-prefill checkpoints); else the leaf starts at 0. A key shorter than a page
+        (or empty) adds no node and returns 0, but — as upstream, whose helper stamps the
         root before it looks at the key — still ticks the clock and stamps the root.
         The caller still owns ``value[:returned]`` (duplicates of cached slots) and the
         unaligned tail; :meth:`cache_finished_req` frees them.
@@ -251,10 +237,11 @@ class RadixCache:
                 tokens new to the tree must be the caller's own: allocated, not held by
                 the tree (the matched part may repeat the tree's slots).
             priority: request priority (any int; higher survives ``priority`` eviction).
-            chunked: a chunked-prefill step (no hit counting).
+            inserted_len: tokens of ``key`` this request already inserted (an integer >= 0).
 
         Raises:
-            ValueError: a bad key (a token id ``>= 2**63`` included), priority or flag;
+            ValueError: a bad key (a token id ``>= 2**63`` included), priority or
+                ``inserted_len``;
                 ``value`` missing while the cache has a KV pool, of another length than
                 ``key``, holding repeated slots or slots not allocated from the pool, or
                 giving the new part of the key slots the tree already holds (names
@@ -263,14 +250,14 @@ class RadixCache:
         Example:
             >>> cache = RadixCache(page_size=4)
             >>> cache.insert([1, 2, 3], priority=5), cache.total_size(), cache.clock
-            (0, 0, 1)
+            (0, 0, 2)
             >>> cache.root.last_access_time, cache.root.priority
-            (1, 5)
+            (2, 5)
         """
         key = as_radix_key(key)
         value = check_insert_value(key.token_ids, value, self.allocator)
         priority = check_int("priority", priority)
-        check_flag("chunked", chunked)
+        inserted_len = check_count("inserted_len", inserted_len)
         key = key.page_aligned(self.page_size)
         value = value[:len(key)]
         if self.tree_slots is not None:
@@ -285,10 +272,11 @@ class RadixCache:
             if matched < len(child.key):
                 child = self._split_node(child, matched)
             child.priority = max(child.priority, priority)
-            child.hit_count += 0 if chunked else 1
-            node, key, value, prefix_len = child, key[matched:], value[matched:], prefix_len + matched
+            prefix_len += matched
+            child.hit_count += int(prefix_len > inserted_len)
+            node, key, value = child, key[matched:], value[matched:]
         if len(key):
-            self._add_leaf(node, key, value, priority, 0 if chunked else 1)
+            self._add_leaf(node, key, value, priority, int(prefix_len + len(key) > inserted_len))
             if self.tree_slots is not None:
                 self.tree_slots.adopt(value)
         return prefix_len
@@ -337,53 +325,6 @@ class RadixCache:
         self.dec_lock_ref(last_node)
         return len(released)
 
-    def inc_lock_ref(self, node: TreeNode) -> int:
-        """Lock ``node`` and its ancestors against eviction (one count per request).
-
-        Models SGLang ``RadixCache.inc_lock_ref`` (rule S6): walks node → root adding 1;
-        a node going 0 → 1 moves its tokens from evictable to protected.
-
-        Returns:
-            Tokens moved from evictable to protected.
-
-        Raises:
-            ValueError: ``node`` is not in this tree (evicted, reset, another cache's).
-        """
-        moved = 0
-        for n in path_to_root(self.root, node, "node"):
-            if n.lock_ref == 0:
-                moved += len(n.key)
-                self._shift_to_protected(len(n.key))
-            n.lock_ref += 1
-            self._update_leaf_status(n)
-        return moved
-
-    def dec_lock_ref(self, node: TreeNode) -> int:
-        """Undo one :meth:`inc_lock_ref`. Models SGLang ``RadixCache.dec_lock_ref`` (S6).
-
-        The root's lock is permanent: as upstream, whose walk stops at the root, locking
-        or unlocking the root (a request that matched nothing) changes nothing.
-
-        Returns:
-            Tokens moved from protected back to evictable.
-
-        Raises:
-            ValueError: ``node`` is not in this tree, or is not locked (an unlock without
-                a lock); nothing changes then.
-            RuntimeError: ``node`` is locked but an ancestor is not (a bug; nothing
-                changes).
-        """
-        path = path_to_root(self.root, node, "node")
-        check_unlockable(path, "node")
-        moved = 0
-        for n in path:
-            n.lock_ref -= 1
-            if n.lock_ref == 0:
-                moved += len(n.key)
-                self._shift_to_protected(-len(n.key))
-            self._update_leaf_status(n)
-        return moved
-
     def evict(self, num_tokens: int) -> int:
         """Free at least ``num_tokens`` tokens' slots if possible, leaf by leaf.
 
@@ -411,106 +352,55 @@ class RadixCache:
             self._events.record_remove(node)
         return sum(len(n.value) for n in victims)
 
-    def reset(self) -> bool:
+    def reset(self, *, refuse_if_locked: bool = False) -> bool:
         """Drop the whole tree, returning its slots to the pool, and publish
         ``AllBlocksCleared``.
 
-        Models SGLang ``RadixCache.reset`` as ``Scheduler.flush_cache`` calls it: only
-        when no request runs. The cache sees only locked requests and refuses then; one
-        that matched nothing holds the old root and must not be finished after a reset.
-        The clock and node ids keep counting, so nodes from before the reset are
-        rejected as foreign.
+        Models SGLang ``RadixCache.reset``, which drops the tree whatever holds it: a
+        request locked in the old tree can no longer be finished (its ``last_node`` is
+        foreign — SGLang's ``dec_lock_ref`` then fails an assertion), and the slots of
+        locked nodes stay allocated, the running requests' (SGLang's
+        ``Scheduler.flush_cache`` clears the whole pool, and only when no request runs).
+        Doing so warns. With ``refuse_if_locked=True`` the cache refuses instead while
+        any node is locked — ``flush_cache``'s rule, and kvlab's default before issue 14.
+        A request that matched nothing holds only the root, which no reset refuses for.
+        The clock and node ids keep counting, so nodes from before the reset are rejected
+        as foreign.
 
         Returns:
-            ``True`` when reset, ``False`` (nothing changed) while a node is locked.
+            ``True`` when reset; ``False`` (nothing changed) when ``refuse_if_locked`` and
+            a node is locked.
 
         Raises:
-            RuntimeError: a slot of the tree is repeated, not held by it or already free
-                (a bug); nothing changes then.
+            ValueError: ``refuse_if_locked`` not a bool.
+            RuntimeError: an unlocked node's slot is repeated, not held by the tree or
+                already free (a bug); nothing changes then.
+
+        Example:
+            >>> cache = RadixCache()
+            >>> cache.insert([1, 2])
+            0
+            >>> cache.inc_lock_ref(cache.match_prefix([1, 2]).last_node)
+            2
+            >>> cache.reset(refuse_if_locked=True), cache.total_size()
+            (False, 2)
         """
-        if self._protected:
+        check_flag("refuse_if_locked", refuse_if_locked)
+        nodes = [node for node, depth in iter_tree(self.root) if depth > 0]
+        locked = [node for node in nodes if node.lock_ref > 0]
+        if locked and refuse_if_locked:
             return False
-        self._free(np.concatenate([node.value for node, _ in iter_tree(self.root)]), "reset")
+        self._free(np.concatenate([n.value for n in nodes if n.lock_ref == 0] or [_EMPTY]), "reset")
+        if locked:
+            if self.tree_slots is not None:
+                self.tree_slots.disown(np.concatenate([n.value for n in locked]))
+            warnings.warn(f"reset() dropped {len(locked)} locked node(s) holding {self._protected} tokens, as "
+                          f"SGLang's RadixCache.reset does: the requests locking them cannot be finished and "
+                          f"their slots stay allocated; pass refuse_if_locked=True to refuse instead",
+                          RuntimeWarning, stacklevel=2)
         self._new_tree()
         return True
 
     def __repr__(self) -> str:
         return (f"RadixCache(page_size={self.page_size}, eviction_policy={self.eviction_strategy.name!r}, "
                 f"tokens={self.total_size()}, evictable={self._evictable}, protected={self._protected})")
-
-    # ----- internals ----------------------------------------------------------------
-
-    def _heap_entry(self, node: TreeNode) -> tuple:
-        return (self.eviction_strategy.get_priority(node), node.last_access_time, node.node_id, node)
-
-    def _free(self, slots: np.ndarray, operation: str) -> None:
-        """Return tree slots to the pool, all checked before any is freed (RuntimeError)."""
-        if self.tree_slots is not None:
-            self.tree_slots.release(slots, operation)
-
-    def _new_tree(self) -> None:
-        self.root = self._new_node(ROOT_PRIORITY)
-        self.root.lock_ref = 1
-        self.root.hash_value, self.root.block_ids = [], []
-        self._evictable = self._protected = 0
-        self._evictable_leaves: dict[int, TreeNode] = {}
-        self._events.record_all_cleared()
-
-    def _tick(self) -> int:
-        self.clock += 1
-        return self.clock
-
-    def _new_node(self, priority: int) -> TreeNode:
-        node = TreeNode(self._next_id, self.clock, priority)
-        self._next_id += 1
-        return node
-
-    def _add_leaf(self, parent: TreeNode, key: RadixKey, value: np.ndarray, priority: int, hits: int) -> None:
-        leaf = self._new_node(priority)
-        leaf.parent, leaf.key, leaf.value, leaf.hit_count = parent, key, value, hits
-        parent.children[key.child_key(self.page_size)] = leaf
-        self._evictable += len(key)
-        self._update_leaf_status(parent)
-        self._update_leaf_status(leaf)
-        self._events.hash_node(leaf)
-        self._events.record_store(leaf)
-
-    def _split_node(self, child: TreeNode, split_len: int) -> TreeNode:
-        """Models SGLang ``_split_node``: ``parent → child`` becomes ``parent → upper →
-        child`` at ``split_len`` tokens (a page multiple); returns ``upper``."""
-        if self.split_events:
-            self._events.record_remove(child)
-        upper = self._new_node(child.priority)
-        upper.lock_ref, upper.hit_count, upper.parent = child.lock_ref, child.hit_count, child.parent
-        upper.key, upper.value = child.key[:split_len], child.value[:split_len]
-        child.key, child.value, child.parent = child.key[split_len:], child.value[split_len:], upper
-        if child.hash_value is not None:
-            pages = split_len // self.page_size
-            upper.hash_value, child.hash_value = child.hash_value[:pages], child.hash_value[pages:]
-            upper.block_ids, child.block_ids = child.block_ids[:pages], child.block_ids[pages:]
-        upper.parent.children[upper.key.child_key(self.page_size)] = upper
-        upper.children[child.key.child_key(self.page_size)] = child
-        if self.split_events:
-            self._events.record_store(upper)
-            self._events.record_store(child)
-        return upper
-
-    def _delete_leaf(self, node: TreeNode) -> None:
-        del node.parent.children[node.key.child_key(self.page_size)]
-        self._evictable -= len(node.key)
-        self._evictable_leaves.pop(node.node_id, None)
-        self._update_leaf_status(node.parent)
-        node.parent = None
-
-    def _update_leaf_status(self, node: TreeNode) -> None:
-        """Keep ``_evictable_leaves`` = unlocked childless non-root nodes (SGLang's
-        ``evictable_leaves``), so eviction never walks the tree."""
-        if node.lock_ref == 0 and not node.children and node is not self.root:
-            self._evictable_leaves[node.node_id] = node
-        else:
-            self._evictable_leaves.pop(node.node_id, None)
-
-    def _shift_to_protected(self, num_tokens: int) -> None:
-        """Move ``num_tokens`` (negative: back) from evictable to protected."""
-        self._evictable -= num_tokens
-        self._protected += num_tokens

@@ -12,14 +12,15 @@ different namespaces never share a child slot::
                         └─ ("lora-a", 1) ──► [1 2 3]            (namespace "lora-a")
     page_size 4:  root ─── (1, 2, 3, 4) ──► [1 2 3 4 5 6 7 8]
 
-Times are *logical*: ticks of the owning cache's clock, never wall time. The views
+Times are *logical*: ticks of the owning cache's clock, never wall time (one tick per
+reading of SGLang's ``time.monotonic()``: :mod:`kvlab.engines.sglang.tree_core`). The views
 (:func:`tree_text`, :func:`tree_frame`) are SGLang's ``pretty_print`` with kvlab's fields
 and the one-row-per-node frame notebook tables and tree charts read::
 
     root #0 r=1
-      [1 2 3 4] #2 r=1 hit=2 t=3      key preview, node id, lock_ref, hit_count,
-        [5 6 7 8] #1 r=0 hit=1 t=2    last access tick; children indented
-        [9 10 11 12] #3 r=1 hit=1 t=3
+      [1 2 3 4] #2 r=1 hit=2 t=7      key preview, node id, lock_ref, hit_count,
+        [5 6 7 8] #1 r=0 hit=1 t=4    last access tick; children indented
+        [9 10 11 12] #3 r=1 hit=1 t=7
 """
 
 from __future__ import annotations
@@ -158,7 +159,10 @@ class TreeNode:
         priority: the highest request priority that inserted through it.
         hash_value: SGLang event-chain page hashes (hex), one per page, when the cache
             publishes KV events; else ``None``.
-        block_ids: the int64 ids those pages are published under, or ``None``.
+        tlru_cached_prefix_len: tokens from the root through this node (T-LRU's depth;
+            0 unless the cache evicts with ``"tlru"``).
+        tlru_history_len: the deepest ``tlru_cached_prefix_len`` its branch ever reached
+            (T-LRU's conversation length L; it does not shrink when the tail is evicted).
 
     Example:
         >>> node = TreeNode(node_id=7, now=3)
@@ -167,7 +171,8 @@ class TreeNode:
     """
 
     __slots__ = ("node_id", "children", "parent", "key", "value", "lock_ref", "last_access_time",
-                 "creation_time", "hit_count", "priority", "hash_value", "block_ids")
+                 "creation_time", "hit_count", "priority", "hash_value", "tlru_cached_prefix_len",
+                 "tlru_history_len")
 
     def __init__(self, node_id: int, now: int, priority: int = 0) -> None:
         self.node_id = node_id
@@ -181,7 +186,8 @@ class TreeNode:
         self.hit_count = 0
         self.priority = priority
         self.hash_value: list[str] | None = None
-        self.block_ids: list[int] | None = None
+        self.tlru_cached_prefix_len = 0
+        self.tlru_history_len = 0
 
     def __repr__(self) -> str:
         ns = "" if self.key.extra_key is None else f"{self.key.extra_key}:"

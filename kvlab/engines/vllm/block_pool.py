@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 
 import polars as pl
 
-from kvlab.core.validate import U64_MAX, check_choice, check_count, check_flag, check_u64
+from kvlab.core.validate import U64_MAX, check_choice, check_count, check_flag, check_str, check_u64
 from kvlab.engines.vllm.checks import block_list, check_own_blocks, check_sized
 from kvlab.engines.vllm.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
 from kvlab.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
@@ -44,8 +44,11 @@ from kvlab.hashing.base import check_block_size
 FREE_ORDERS = ("classic", "current")
 #: Accepted ``removed_events`` values (module table).
 REMOVED_EVENTS = ("every_copy", "last_copy")
-#: The ``medium`` of every event a GPU block pool emits (vLLM ``MEDIUM_GPU``).
+#: The default ``medium`` of the pool's KV events (vLLM ``MEDIUM_GPU``).
 MEDIUM_GPU = "GPU"
+#: The KV-cache group kvlab's pool holds: vLLM's ``kv_cache_group_id`` of a model with one
+#: full-attention group, published as ``group_idx`` on every ``BlockStored`` / ``BlockRemoved``.
+KV_CACHE_GROUP_ID = 0
 
 
 def check_block_key(name: str, value: object) -> int:
@@ -88,6 +91,8 @@ class BlockPool:
         enable_kv_cache_events: queue KV events for :meth:`take_events` (a bool).
         removed_events: ``"every_copy"`` (vLLM 0.33, the default) or ``"last_copy"`` (the
             upstream fix): which evictions publish ``BlockRemoved`` (module table).
+        medium: the ``medium`` of every event (vLLM's ``BlockPool(medium=)``, default
+            ``"GPU"``), a non-empty string.
 
     Raises:
         ValueError: an invalid argument, naming it and its value. The methods taking
@@ -109,8 +114,9 @@ class BlockPool:
 
     def __init__(self, num_blocks: int, *, enable_caching: bool = True, free_order: str = "current",
                  block_size: int = 16, enable_kv_cache_events: bool = False,
-                 removed_events: str = "every_copy") -> None:
+                 removed_events: str = "every_copy", medium: str = MEDIUM_GPU) -> None:
         num_blocks = check_block_size(num_blocks, "num_blocks")
+        self.medium = check_str("medium", medium, nonempty=True)
         self.enable_caching = check_flag("enable_caching", enable_caching)
         self.free_order = check_choice("free_order", free_order, FREE_ORDERS)
         self.block_size = check_block_size(block_size)
@@ -152,13 +158,21 @@ class BlockPool:
         return next(iter(copies.values())) if copies else None
 
     def cache_full_blocks(self, blocks: Sequence[KVCacheBlock], block_hashes: Sequence[int], num_cached_blocks: int,
-                          num_full_blocks: int, token_ids: Sequence[int] | None = None) -> None:
+                          num_full_blocks: int, token_ids: Sequence[int] | None = None, *,
+                          extra_keys: Sequence[tuple | None] | None = None, lora_id: int | None = None,
+                          lora_name: str | None = None, session_id: str | None = None) -> None:
         """Give ``blocks[num_cached_blocks:num_full_blocks]`` their hashes and cache them.
 
         Models vLLM v1 ``BlockPool.cache_full_blocks`` (rules V8, V13): no
         de-duplication (a key may map to several blocks); one ``BlockStored`` per call
         when events are on, with ``parent_block_hash = block_hashes[num_cached_blocks - 1]``
-        (``None`` from block 0) and the blocks' tokens when ``token_ids`` is given.
+        (``None`` from block 0), the blocks' tokens when ``token_ids`` is given, and the
+        fields vLLM 0.33's ``_build_block_stored_event`` sets from the request:
+        ``extra_keys`` (one entry per stored block, ``None`` for a block without extra
+        keys), ``group_idx`` (:data:`KV_CACHE_GROUP_ID`), ``lora_id``, ``lora_name``,
+        ``session_id`` and the pool's ``medium``. (``kv_cache_spec_kind`` is added by
+        :meth:`KVCacheManager.take_events <kvlab.engines.vllm.kv_cache_manager.KVCacheManager.take_events>`,
+        as in vLLM.)
 
         Args:
             blocks: a request's block table (a sequence).
@@ -167,11 +181,19 @@ class BlockPool:
             num_cached_blocks: leading blocks already cached.
             num_full_blocks: full blocks to be cached after the call.
             token_ids: all the request's tokens, or ``None`` (events then carry none).
+            extra_keys: the stored blocks' extra keys in vLLM's untagged event form
+                (``num_full_blocks - num_cached_blocks`` entries, a tuple or ``None`` each;
+                :meth:`Request.event_extra_keys <kvlab.engines.vllm.request.Request.event_extra_keys>`),
+                or ``None``: no block has any (vLLM then publishes ``None`` per block).
+            lora_id: the request's LoRA adapter id (vLLM ``lora_request.adapter_id``), or ``None``.
+            lora_name: the request's LoRA adapter name, or ``None``.
+            session_id: the request's session id, or ``None``.
 
         Raises:
             ValueError: caching disabled; ``blocks`` / ``block_hashes`` / ``token_ids``
                 not a sequence; ``num_cached_blocks > num_full_blocks``, or counts beyond
-                ``blocks`` / ``block_hashes`` / ``token_ids``; a bad key; a block to cache
+                ``blocks`` / ``block_hashes`` / ``token_ids``; ``extra_keys`` of another
+                length than the blocks stored; a bad key or event field; a block to cache
                 that is not this pool's, is the null block, is free (``ref_cnt == 0``) or
                 is already hashed. Nothing is changed then; equal counts are a no-op.
         """
@@ -204,15 +226,25 @@ class BlockPool:
                 raise ValueError(f"token_ids has {len(token_ids)} tokens, fewer than num_full_blocks x block_size = "
                                  f"{num_full_blocks * self.block_size}")
             tokens = [int(t) for t in token_ids[num_cached_blocks * self.block_size:num_full_blocks * self.block_size]]
+        event = None
+        if self.enable_kv_cache_events:
+            num_new = num_full_blocks - num_cached_blocks
+            if extra_keys is not None:
+                check_sized("extra_keys", extra_keys)
+                if len(extra_keys) != num_new:
+                    raise ValueError(f"extra_keys has {len(extra_keys)} entries but {num_new} blocks are stored")
+            event = BlockStored(block_hashes=keys[num_cached_blocks:],
+                                parent_block_hash=keys[num_cached_blocks - 1] if num_cached_blocks else None,
+                                token_ids=tokens, block_size=self.block_size, lora_id=lora_id, medium=self.medium,
+                                lora_name=lora_name,
+                                extra_keys=[None] * num_new if extra_keys is None else list(extra_keys),
+                                group_idx=KV_CACHE_GROUP_ID, session_id=session_id)
         for block, key in zip(new_blocks, keys[num_cached_blocks:], strict=True):
             block.block_hash = key
             self.cached_block_hash_to_block.setdefault(key, {})[block.block_id] = block
         self.num_cached_blocks += len(new_blocks)
-        if self.enable_kv_cache_events:
-            parent = keys[num_cached_blocks - 1] if num_cached_blocks else None
-            self._events.append(BlockStored(block_hashes=keys[num_cached_blocks:], parent_block_hash=parent,
-                                            token_ids=tokens, block_size=self.block_size, lora_id=None,
-                                            medium=MEDIUM_GPU, lora_name=None))
+        if event is not None:
+            self._events.append(event)
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Take ``num_blocks`` blocks from the head of the free queue, each with ref 1.
@@ -253,7 +285,7 @@ class BlockPool:
         self.num_cached_blocks -= 1
         self.num_evicted_blocks += 1
         if self.enable_kv_cache_events and (not copies or self.removed_events == "every_copy"):
-            self._events.append(BlockRemoved(block_hashes=[key], medium=MEDIUM_GPU))
+            self._events.append(BlockRemoved(block_hashes=[key], medium=self.medium, group_idx=KV_CACHE_GROUP_ID))
         return True
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:

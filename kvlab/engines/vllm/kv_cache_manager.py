@@ -13,16 +13,22 @@ blocks must be the request's own cached blocks, and a request id belongs to one 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 
 from kvlab.core.validate import check_flag
-from kvlab.engines.vllm.block_pool import BlockPool
+from kvlab.engines.vllm.block_pool import KV_CACHE_GROUP_ID, BlockPool
 from kvlab.engines.vllm.checks import block_list, check_allocation, check_group_block_sizes, check_owner
 from kvlab.engines.vllm.kv_cache_utils import KVCacheBlock
 from kvlab.engines.vllm.request import Request
 from kvlab.engines.vllm.stats import PrefixCacheStats
-from kvlab.events.types import KVEvent
+from kvlab.events.types import BlockStored, KVEvent
 from kvlab.hashing.base import check_block_size
+
+#: ``BlockStored.kv_cache_spec_kind`` of kvlab's one KV-cache group: vLLM 0.33's
+#: ``KVCacheSpecKind.FULL_ATTENTION`` value (a full-attention group has no sliding window,
+#: so ``kv_cache_spec_sliding_window`` stays ``None``).
+KV_CACHE_SPEC_KIND = "full_attention"
 
 
 class KVCacheManager:
@@ -198,7 +204,10 @@ class KVCacheManager:
         num_cached, num_full = self._num_cached_block[rid], num_tokens // self.block_size
         if num_full > num_cached:
             self.block_pool.cache_full_blocks(self._req_to_blocks[rid], request.block_hashes, num_cached, num_full,
-                                              request.token_ids)
+                                              request.token_ids,
+                                              extra_keys=request.event_extra_keys(num_cached, num_full - num_cached),
+                                              lora_id=request.lora_id, lora_name=request.lora_name,
+                                              session_id=request.session_id)
             self._num_cached_block[rid] = num_full
 
     def free(self, request: Request) -> None:
@@ -260,8 +269,15 @@ class KVCacheManager:
         return True
 
     def take_events(self) -> list[KVEvent]:
-        """The pool's queued KV events, drained (vLLM ``KVCacheManager.take_events``)."""
-        return self.block_pool.take_events()
+        """The pool's queued KV events, drained (vLLM ``KVCacheManager.take_events``).
+
+        As vLLM 0.33, every ``BlockStored`` of a known group is annotated with the group's
+        spec: ``kv_cache_spec_kind`` :data:`KV_CACHE_SPEC_KIND` (the pool itself leaves it
+        ``None``); other events pass unchanged.
+        """
+        return [dataclasses.replace(e, kv_cache_spec_kind=KV_CACHE_SPEC_KIND)
+                if isinstance(e, BlockStored) and e.group_idx == KV_CACHE_GROUP_ID else e
+                for e in self.block_pool.take_events()]
 
     def __repr__(self) -> str:
         return (f"KVCacheManager(block_size={self.block_size}, running={len(self._req_to_blocks)}, "

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvlab.core.validate import check_count, check_positive
+from kvlab.core.validate import check_count, check_int, check_positive, check_str
 from kvlab.engines.vllm.block_pool import check_block_key
 from kvlab.hashing.base import BlockHasher, RequestExtras, as_token_array
+from kvlab.hashing.vllm_extra_keys import BlockExtraKeys, event_extra_keys_of
 
 
 def _full_block_keys(hasher: BlockHasher, token_ids: list[int], extras: RequestExtras | None) -> list[int]:
@@ -30,9 +31,16 @@ class Request:
 
     Models the cache-related part of vLLM v1 ``Request``: its length, the chained
     block hashes of its full blocks (precomputed as tokens arrive, V8), how many tokens
-    are computed, how often it was preempted. Build it with :meth:`from_tokens` (a
+    are computed, how often it was preempted, and what its ``BlockStored`` events carry
+    (LoRA adapter, session, per-block extra keys). Build it with :meth:`from_tokens` (a
     :mod:`kvlab.hashing` profile hashes the tokens) or :meth:`from_block_keys` (trace
     replay: keys given directly).
+
+    Raises:
+        ValueError: a bad field (names it): an empty id, ``num_tokens < 1``, a bad key,
+            key or token counts that disagree, ``lora_id`` without a LoRA name in
+            ``extras`` or a LoRA name without ``lora_id`` (vLLM's ``LoRARequest`` always
+            has both), a non-string ``session_id``.
 
     Example:
         >>> from kvlab.hashing import sim
@@ -62,6 +70,11 @@ class Request:
     """The profile that hashes appended tokens (:meth:`from_tokens` requests)."""
     extras: RequestExtras | None = field(default=None, repr=False)
     """LoRA / multimodal / salt inputs passed to ``hasher``."""
+    lora_id: int | None = field(default=None, repr=False)
+    """vLLM's LoRA adapter id (``LoRARequest.lora_int_id``, >= 1; ``BlockStored.lora_id``),
+    set exactly when ``extras.lora_name`` is."""
+    session_id: str | None = field(default=None, repr=False)
+    """vLLM's ``Request.session_id`` (``BlockStored.session_id``), or ``None``."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not self.request_id:
@@ -77,23 +90,55 @@ class Request:
             raise ValueError(f"num_computed_tokens must be <= num_tokens ({self.num_tokens}), "
                              f"got {self.num_computed_tokens}")
         check_count("num_preemptions", self.num_preemptions)
+        lora_name = self.extras.lora_name if isinstance(self.extras, RequestExtras) else None
+        if check_int("lora_id", self.lora_id, low=1, optional=True) is not None and lora_name is None:
+            raise ValueError(f"lora_id={self.lora_id} needs extras with a lora_name (the adapter it identifies)")
+        if lora_name is not None and self.lora_id is None:
+            raise ValueError(f"extras name LoRA adapter {lora_name!r} but lora_id is None; give its int id "
+                             f"(vLLM's LoRARequest.lora_int_id, >= 1)")
+        check_str("session_id", self.session_id, optional=True)
+
+    @property
+    def lora_name(self) -> str | None:
+        """The LoRA adapter name (``extras.lora_name``), or ``None``."""
+        return None if self.extras is None else self.extras.lora_name
+
+    def event_extra_keys(self, first_block: int, num_blocks: int) -> list[tuple | None] | None:
+        """``BlockStored.extra_keys`` of blocks ``first_block .. first_block + num_blocks - 1``:
+        one untagged entry per block, ``None`` for a block without extra keys (vLLM 0.33
+        ``generate_block_hash_extra_keys`` + ``to_event_extra_keys``); ``None`` for a
+        request without extras (every entry would be ``None``).
+
+        Raises:
+            ValueError: negative counts, or extras vLLM cannot hash (prompt embeddings
+                missing a block's digest).
+        """
+        first_block, num_blocks = check_count("first_block", first_block), check_count("num_blocks", num_blocks)
+        if self.extras is None or self.extras.is_empty:
+            return None
+        keys = BlockExtraKeys(self.extras, self.block_size)
+        keys.next_block = first_block
+        return [event_extra_keys_of(k) for k in keys.next_blocks(num_blocks)]
 
     @classmethod
     def from_tokens(cls, request_id: str, token_ids: Sequence[int] | np.ndarray, hasher: BlockHasher,
-                    extras: RequestExtras | None = None) -> Request:
+                    extras: RequestExtras | None = None, *, lora_id: int | None = None,
+                    session_id: str | None = None) -> Request:
         """A request whose full blocks are keyed by ``hasher.block_keys(token_ids, extras)``.
 
-        The manager using it must have ``block_size == hasher.block_size``.
+        The manager using it must have ``block_size == hasher.block_size``. A LoRA request
+        (``extras.lora_name``) needs its adapter id ``lora_id``, as vLLM's does.
 
         Raises:
             ValueError: ``hasher`` is not a :class:`~kvlab.hashing.BlockHasher`; no
-                tokens; invalid tokens or extras (from the hasher).
+                tokens; invalid tokens or extras (from the hasher); ``lora_id`` or
+                ``session_id`` invalid or inconsistent with ``extras`` (class docstring).
         """
         if not isinstance(hasher, BlockHasher):
             raise ValueError(f"hasher must be a kvlab.hashing BlockHasher, got {type(hasher).__name__}")
         tokens = [int(t) for t in as_token_array(token_ids)]
         return cls(request_id, len(tokens), _full_block_keys(hasher, tokens, extras), hasher.block_size, tokens,
-                   hasher=hasher, extras=extras)
+                   hasher=hasher, extras=extras, lora_id=lora_id, session_id=session_id)
 
     @classmethod
     def from_block_keys(cls, request_id: str, num_tokens: int, block_keys: Iterable[int]) -> Request:
