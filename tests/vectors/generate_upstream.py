@@ -150,8 +150,9 @@ class _Request:
     def __init__(self, mm: list, cache_salt: str | None, lora: tuple[str, str] | None) -> None:
         self.all_token_ids: list[int] = []
         self.block_hashes: list[bytes] = []
-        self.mm_features = [SimpleNamespace(identifier=i, mm_position=SimpleNamespace(offset=o, length=n))
-                            for i, o, n in mm]
+        # a fresh str object per item, as vLLM's hashing gives each item: pickle memoises by identity
+        self.mm_features = [SimpleNamespace(identifier="".join(list(i)),
+                                            mm_position=SimpleNamespace(offset=o, length=n)) for i, o, n in mm]
         self.cache_salt = cache_salt
         self.lora_request = None if lora is None else SimpleNamespace(lora_name=lora[0], lora_path=lora[1])
         self.prompt_embeds = None
