@@ -19,14 +19,22 @@ import os
 import random
 import subprocess
 import sys
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import SimpleNamespace
 
 HERE = Path(__file__).resolve().parent
-LMCACHE = f"lmcache {version('lmcache')} wheel"
-VLLM = f"vllm {version('vllm')} wheel"
-MSGSPEC = f"msgspec {version('msgspec')}"
+
+
+def _wheel(name: str) -> str:
+    """``"<name> <version> wheel"``; importable without the upstream venv (pytest collects this file)."""
+    try:
+        return f"{name} {version(name)} wheel"
+    except PackageNotFoundError:
+        return f"{name} (not installed)"
+
+
+LMCACHE, VLLM, MSGSPEC = _wheel("lmcache"), _wheel("vllm"), _wheel("msgspec").removesuffix(" wheel")
 TOKENS_13 = list(range(1, 14))
 TOKENS_600 = list(range(1000, 1600))
 IMG = "4f" * 31 + "1234"   # a blake3-like 64-hex identifier
@@ -295,8 +303,9 @@ PARTS = {"lmcache_setup": lmcache_setup_cases, "lmcache_mm": lmcache_mm_cases,
 if __name__ == "__main__":
     if len(sys.argv) == 2:
         sys.path.insert(0, str(HERE))
-        import upstream_loader  # noqa: F401  (installs the import hooks)
+        import upstream_loader
 
+        upstream_loader.install()
         print(json.dumps(PARTS[sys.argv[1]]()))
     else:
         main()

@@ -6,7 +6,8 @@ installed files; their packages' ``__init__`` files are skipped; an upstream mod
 disk but is not REAL becomes a ``MagicMock`` module; a name that is not a module on disk is not
 found (so ``__import__(pkg, fromlist=[attr])`` probes fail as in a real install). ``torch`` is a
 tiny stand-in: ``Tensor`` (a class nothing is an instance of) and ``tensor(values)`` (a list).
-``UPSTREAM_NO_VLLM=1`` makes every ``vllm`` import fail, as in a process without vLLM.
+``UPSTREAM_NO_VLLM=1`` makes every ``vllm`` import fail, as in a process without vLLM. Importing
+this module changes nothing; :func:`install` sets the hooks up.
 """
 
 from __future__ import annotations
@@ -102,5 +103,7 @@ def _torch() -> types.ModuleType:
     return torch
 
 
-sys.modules["torch"] = _torch()
-sys.meta_path.insert(0, _Finder())
+def install() -> None:
+    """Install the stand-in torch and the import hook (call it only in the generator's process)."""
+    sys.modules["torch"] = _torch()
+    sys.meta_path.insert(0, _Finder())
