@@ -114,7 +114,7 @@ def test_vector_encodes_byte_for_byte(case: dict) -> None:
 
 
 def test_executed_vectors_are_the_map_layout_ones() -> None:
-    assert [case_layout(c) for c in EXECUTED] == ["map", "map", "map"]
+    assert [case_layout(c) for c in EXECUTED] == ["map"] * 5
     assert [(c["name"], c["verification"]) for c in VECTORS if c not in EXECUTED] == [
         ("stored_int_hashes_array_layout", "derived")]
 
@@ -157,13 +157,23 @@ def test_int_hashes_are_the_last_8_bytes_of_the_byte_hashes() -> None:
     assert ints.parent_key_u64() is None
 
 
+def test_lookahead_is_one_token_list_per_block() -> None:
+    """Item 4: vLLM 0.33 BlockStored.lookahead_token_ids is list[list[int]], one list per block
+    (the vectors stored_lookahead_* were encoded by vLLM's own structs and decoded back by them)."""
+    case = next(c for c in VECTORS if c["name"] == "stored_lookahead_per_block")
+    event = decode_frames(vector_frames(case)).batch.events[0]
+    assert event.lookahead_token_ids == ((5, 6), (9, 10)) and event.extra_keys == (None, None)
+    payload = msgpack.unpackb(vector_frames(case)[2])
+    assert payload[1][0]["lookahead_token_ids"] == [[5, 6], [9, 10]]
+
+
 def test_msgspec_map_header_is_sized_by_declared_fields() -> None:
     """BlockStored (15 fields + tag) always gets map16; BlockRemoved, AllBlocksCleared a fixmap."""
     stored = good_frames(STORED)[2]
     assert stored[11:14] == bytes([0xDE, 0x00, 0x08])  # 8 entries, map16 header
     full = replace(STORED, extra_keys=(None, None), group_idx=0, kv_cache_spec_kind="full_attention",
                    kv_cache_spec_sliding_window=128, locality="LOCAL", ownership="o", session_id="s",
-                   lookahead_token_ids=(9,))
+                   lookahead_token_ids=((9,), (10,)))
     assert good_frames(full)[2][11:14] == bytes([0xDE, 0x00, 0x10])
     assert good_frames(BlockRemoved([1], "GPU"))[2][11] == 0x83
     assert good_frames(AllBlocksCleared())[2][11] == 0x81
@@ -257,7 +267,7 @@ def stored_events(draw: st.DrawFn) -> BlockStored:
         hashes, draw(st.none() | kind), tokens, block_size, draw(st.none() | st.integers(-(2**63), 2**64 - 1)),
         draw(OPT_STR), draw(OPT_STR), extra, draw(st.none() | st.integers(0, 2**64 - 1)), draw(OPT_STR),
         draw(st.none() | st.integers(1, 2**20)), draw(OPT_STR), draw(OPT_STR), draw(OPT_STR),
-        draw(st.none() | st.lists(TOKENS, max_size=4)))
+        draw(st.none() | st.lists(st.lists(TOKENS, max_size=3), min_size=n, max_size=n)))
 
 
 REMOVED = st.builds(BlockRemoved, st.lists(INT_HASHES, max_size=4) | st.lists(BYTES_HASHES, max_size=4), OPT_STR,
@@ -394,7 +404,12 @@ BAD_EVENTS = [
     ("lora_id str", lambda: replace(STORED, lora_id="3"),
      "lora_id must be an integer in [-2**63, 2**64) or None, got '3'"),
     ("window 0", lambda: replace(STORED, kv_cache_spec_sliding_window=0), "kv_cache_spec_sliding_window must be"),
-    ("lookahead", lambda: replace(STORED, lookahead_token_ids=[1.0]), "lookahead_token_ids[0] must be an integer"),
+    ("lookahead", lambda: replace(STORED, lookahead_token_ids=[[1.0], []]),
+     "lookahead_token_ids[0][0] must be an integer"),
+    ("lookahead flat", lambda: replace(STORED, lookahead_token_ids=[9, 10]),
+     "lookahead_token_ids[0] must be a list or tuple, got int 9"),
+    ("lookahead per block", lambda: replace(STORED, lookahead_token_ids=[[9]]),
+     "lookahead_token_ids has 1 lists but block_hashes has 2; vLLM 0.33 sends one list of lookahead tokens per block"),
     ("ts nan", lambda: EventBatch(math.nan, []), "ts must be a finite number in [0.0, 2**64), got nan"),
     ("ts inf", lambda: EventBatch(math.inf, []), "ts must be a finite number in [0.0, 2**64), got inf"),
     ("ts -inf", lambda: EventBatch(-math.inf, []), "ts must be a finite number in [0.0, 2**64), got -inf"),

@@ -1,68 +1,59 @@
-"""LMCache 0.5.6 chunk hashes: every golden vector, the multimodal placeholder fix vs the
-16-bit legacy collision, equality with vLLM (mp sha256_cbor) and disjointness from it
-(chunked_token_db), chaining, "builtin" process binding, and bad input."""
+"""LMCache 0.5.6 chunk hashes: every upstream-executed vector (each setup: vLLM importable or not,
+PYTHONHASHSEED, multimodal placeholders, a prefix cutting an item), the multimodal placeholder fix
+vs the 16-bit legacy collision, equality with vLLM (mp sha256_cbor) and disjointness from it
+(chunked_token_db), chaining, independence from this process's hash seed, and bad input."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import cbor2
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.hashing import MMItem, RequestExtras
+from kvlab.hashing.cpython_hash import python_hash
 from kvlab.hashing.digests import DEFAULT_NONE_HASH_SEED, none_hash
-from kvlab.hashing.lmcache_hash import (
-    MP_BLAKE3_NONE_HASH,
-    LMCacheHasher,
-    apply_mm_placeholders,
-    hex_hash_to_int16,
-    mm_placeholder_values,
-    normalize_hash_to_int,
-)
+from kvlab.hashing.lmcache_hash import MP_BLAKE3_NONE_HASH, LMCacheHasher, normalize_hash_to_int
+from kvlab.hashing.lmcache_mm import apply_mm_placeholders, hex_hash_to_int16, mm_placeholder_values
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = json.loads((ROOT / "tests/vectors/lmcache_chunk_hashes.json").read_text())["cases"]
-BUILTIN_PYTHON_OK = (sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11)
-                     and sys.maxsize == 2**63 - 1)
-_NEEDS_CPYTHON_311 = pytest.mark.skipif(
-    not BUILTIN_PYTHON_OK,
-    reason="lmcache.chunked_token_db.builtin vectors are CPython 3.11 64-bit hash() of int tuples")
+VECTORS = json.loads((ROOT / "tests/vectors/lmcache_chunk_hashes.json").read_text())
+CASES = [c for c in VECTORS["cases"] if c["scheme"] != "lmcache.mm_hash_to_token_values"]
+VALUE_CASES = [c for c in VECTORS["cases"] if c["scheme"] == "lmcache.mm_hash_to_token_values"]
 U64 = 2**64 - 1
 
 
 def hasher_for(case: dict) -> LMCacheHasher:
     """The hasher a vector case describes; an unknown parameter fails the test."""
     params = dict(case["params"])
-    seed = params.pop("PYTHONHASHSEED", None)
+    common = {"chunk_size": params.pop("chunk_size"), "vllm_importable": params.pop("vllm_importable"),
+              "none_hash_seed": params.pop("PYTHONHASHSEED"), "python_none_hash": params.pop("python_none_hash", None)}
     if case["scheme"].startswith("lmcache.mp_token_hasher."):
-        assert set(params) == {"chunk_size", "hash_algorithm", "partial_chunks"}, params
-        assert params["partial_chunks"] == "discarded"
-        return LMCacheHasher(chunk_size=params["chunk_size"], mode="mp_token_hasher",
-                             algo=params["hash_algorithm"], none_hash_seed=seed)
-    assert set(params) <= {"chunk_size", "pre_caching_hash_algorithm", "save_unfull_chunk", "vllm_importable",
-                           "python"}, params
-    return LMCacheHasher(chunk_size=params["chunk_size"], mode="chunked_token_db",
-                         algo=params["pre_caching_hash_algorithm"], save_unfull_chunk=params["save_unfull_chunk"],
-                         vllm_importable=params["vllm_importable"], none_hash_seed=seed)
+        assert set(params) == {"hash_algorithm"}, params
+        return LMCacheHasher(mode="mp_token_hasher", algo=params["hash_algorithm"], **common)
+    assert set(params) == {"pre_caching_hash_algorithm", "save_unfull_chunk"}, params
+    return LMCacheHasher(mode="chunked_token_db", algo=params["pre_caching_hash_algorithm"],
+                         save_unfull_chunk=params["save_unfull_chunk"], **common)
 
 
-def _case_param(case: dict) -> object:
-    marks = ([_NEEDS_CPYTHON_311, pytest.mark.filterwarnings("ignore:LMCache 'builtin'")]
-             if case["scheme"] == "lmcache.chunked_token_db.builtin" else [])
-    return pytest.param(case, id=f"{case['scheme']}::{case['name']}", marks=marks)
+def case_extras(case: dict) -> RequestExtras:
+    return RequestExtras(mm_items=tuple(MMItem(**item) for item in case.get("mm_items", [])))
 
 
-@pytest.mark.parametrize("case", [_case_param(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[f"{c['scheme']}::{c['name']}::{c['params']['PYTHONHASHSEED']}"
+                                             for c in CASES])
 def test_golden_vector(case: dict) -> None:
     hasher = hasher_for(case)
     assert hasher.name == case["scheme"]
-    hashes = hasher.block_hashes(case["token_ids"])
+    hashes = hasher.block_hashes(case["token_ids"], case_extras(case))
     expected = case["expected"]
     if hasher.mode == "mp_token_hasher":
         assert [h.hex() for h in hashes] == expected["chunk_hashes_hex"]
@@ -70,14 +61,39 @@ def test_golden_vector(case: dict) -> None:
     else:
         assert hashes == expected["chunk_hashes_int"]
         want_keys = [v & U64 for v in expected["chunk_hashes_int"]]
-    assert hasher.block_keys(case["token_ids"]).tolist() == want_keys
-    assert hasher.num_hashed_blocks(len(case["token_ids"])) == len(hashes)
+    assert hasher.block_keys(case["token_ids"], case_extras(case)).tolist() == want_keys
+    if "mm_items" not in case:
+        assert hasher.num_hashed_blocks(len(case["token_ids"])) == len(hashes)
 
 
-def test_vector_file_has_all_cases() -> None:
-    assert len(CASES) == 15
-    assert {c["scheme"] for c in CASES} == {"lmcache.mp_token_hasher.blake3", "lmcache.mp_token_hasher.sha256_cbor",
-                                            "lmcache.chunked_token_db.sha256_cbor", "lmcache.chunked_token_db.builtin"}
+@pytest.mark.parametrize("case", [c for c in CASES if "mm_items" in c], ids=lambda c: f"{c['scheme']}::{c['name']}")
+def test_golden_placeholder_tokens(case: dict) -> None:
+    """Item 1: the tokens LMCache's apply_mm_hashes_to_token_ids leaves, item 2: cut at the prefix's end."""
+    out = apply_mm_placeholders(case["token_ids"], case_extras(case).mm_items)
+    assert out.tolist() == case["expected"]["tokens_after_placeholders"]
+
+
+@pytest.mark.parametrize("case", VALUE_CASES, ids=[c["name"] for c in VALUE_CASES])
+def test_golden_placeholder_values(case: dict) -> None:
+    """LMCache 0.5.6 mm_hash_to_token_values: sha256 of the identifier first, then counter blocks."""
+    assert mm_placeholder_values(case["identifier"], case["length"]) == case["expected"]["values"]
+
+
+def test_vector_file_covers_every_setup() -> None:
+    assert len(CASES) == 81 and len(VALUE_CASES) == 5
+    assert {c["verification"] for c in VECTORS["cases"]} == {"upstream_executed"}
+    setups = {(c["scheme"], c["params"]["vllm_importable"], c["params"]["PYTHONHASHSEED"]) for c in CASES}
+    assert {("lmcache.chunked_token_db.builtin", True, "0"), ("lmcache.chunked_token_db.builtin", True, "42"),
+            ("lmcache.chunked_token_db.builtin.no_vllm", False, None),
+            ("lmcache.chunked_token_db.sha256_cbor.no_vllm", False, None),
+            ("lmcache.chunked_token_db.xxhash.no_vllm", False, None),
+            ("lmcache.mp_token_hasher.builtin", True, "0"),
+            ("lmcache.mp_token_hasher.sha256_cbor.no_vllm", False, None),
+            ("lmcache.mp_token_hasher.builtin.no_vllm", False, None), ("lmcache.mp_token_hasher.blake3", False, None),
+            ("lmcache.chunked_token_db.sha256_cbor", True, None), ("lmcache.mp_token_hasher.sha256_cbor", True, None),
+            } <= setups
+    names = {c["name"] for c in CASES if "mm_items" in c}
+    assert names == {"mm_one_image", "mm_two_images_request_scoped_ids", "mm_prefix_cuts_an_item"}
 
 
 def test_roots() -> None:
@@ -150,10 +166,12 @@ def test_hex_hash_to_int16(identifier: str, value: int) -> None:
     assert hex_hash_to_int16(identifier) == value
 
 
-def test_per_position_values_pinned() -> None:
-    """kvlab's reading of LMCache PR #4783 (no upstream vector): pinned against drift."""
-    assert mm_placeholder_values("img", 10) == [1822883786, 1143808182, 305218523, 515099061, 1092536287,
-                                                807157284, 1604610928, 1097826687, 805567500, 205459008]
+def test_per_position_values_start_from_the_identifiers_sha256() -> None:
+    """Item 1: LMCache expands from sha256(identifier), not from the identifier's bytes."""
+    seed = hashlib.sha256(b"img").digest()
+    block0 = hashlib.sha256(seed + bytes(8)).digest()
+    assert mm_placeholder_values("img", 2) == [int.from_bytes(block0[:4], "big") & 0x7FFFFFFF,
+                                               int.from_bytes(block0[4:8], "big") & 0x7FFFFFFF]
     assert mm_placeholder_values("img", 0) == []
 
 
@@ -178,6 +196,39 @@ def test_apply_mm_placeholders_truncates_skips_and_keeps_text() -> None:
     assert apply_mm_placeholders(range(6), items, "int16_legacy").tolist() == [0, 0xBEEF, 0xBEEF, 3,
                                                                                hex_hash_to_int16("x"),
                                                                                hex_hash_to_int16("x")]
+
+
+def test_apply_mm_placeholders_in_the_given_order() -> None:
+    """LMCache zips identifiers with positions: where spans overlap, the later item wins."""
+    first, second = MMItem("a", offset=0, length=3), MMItem("b", offset=1, length=1)
+    assert apply_mm_placeholders([0, 0, 0], [first, second]).tolist()[1] == mm_placeholder_values("b", 1)[0]
+    assert apply_mm_placeholders([0, 0, 0], [second, first]).tolist()[1] == mm_placeholder_values("a", 2)[1]
+
+
+def test_hasher_cuts_an_item_at_the_end_of_the_hashed_prefix() -> None:
+    """Item 2: LMCache hashes the prefix it saves, cutting an item that runs past it."""
+    case = next(c for c in CASES
+                if c["name"] == "mm_prefix_cuts_an_item" and "pre_caching_hash_algorithm" in c["params"])
+    extras = case_extras(case)
+    assert [(item.offset, item.end) for item in extras.mm_items] == [(6, 14), (14, 16)]
+    hasher = LMCacheHasher(chunk_size=4)
+    prefix = hasher.block_hashes([1, 2, 3, 4, 5, 6, 9, 9, 9, 9], extras)
+    assert prefix == case["expected"]["chunk_hashes_int"]
+    whole = hasher.block_hashes([1, 2, 3, 4, 5, 6] + [9] * 8 + [7, 7], extras)
+    assert whole[:2] == prefix and len(whole) == 4
+
+
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=40), st.integers(0, 40), st.integers(1, 20),
+       st.integers(1, 40), st.sampled_from(["chunked_token_db", "mp_token_hasher"]))
+def test_prefix_keys_are_the_whole_prompts_first_keys(tokens: list[int], offset: int, length: int, cut: int,
+                                                      mode: str) -> None:
+    """Per-position values are prefix-stable, so the full chunks of any prefix keep their keys."""
+    extras = RequestExtras(mm_items=(MMItem("image-0", offset, length),))
+    hasher = LMCacheHasher(chunk_size=4, mode=mode)
+    padded = tokens + [0] * max(0, offset + length - len(tokens))
+    whole = hasher.block_hashes(padded, extras)
+    prefix = hasher.block_hashes(padded[:cut], extras)
+    assert prefix == whole[:len(prefix)] and len(prefix) == min(cut, len(padded)) // 4
 
 
 # --- relation to vLLM ----------------------------------------------------------------------
@@ -266,27 +317,59 @@ def test_to_u64() -> None:
             LMCacheHasher().to_u64(bad)
 
 
-# --- "builtin" is bound to the process --------------------------------------------------------
+# --- setups: which hash function and root (item 3) ------------------------------------------
+
+def test_without_vllm_every_algo_is_python_hash_from_root_0() -> None:
+    """LMCache's _get_vllm_hash_func falls back to Python's hash() when vLLM is missing: the
+    configured algo no longer matters, and the keys are not the sha256_cbor ones from root 0."""
+    tokens = list(range(1, 14))
+    no_vllm = {algo: LMCacheHasher(chunk_size=4, algo=algo, vllm_importable=False) for algo in
+               ("builtin", "sha256", "sha256_cbor", "xxhash", "xxhash_cbor")}
+    assert len({tuple(h.block_hashes(tokens)) for h in no_vllm.values()}) == 1
+    assert {h.hash_function for h in no_vllm.values()} == {"python_hash"}
+    assert {h.none_hash for h in no_vllm.values()} == {0}
+    assert no_vllm["sha256_cbor"].name == "lmcache.chunked_token_db.sha256_cbor.no_vllm"
+    assert no_vllm["sha256_cbor"].setup == ("vLLM not importable: Python hash() whatever the algo ('sha256_cbor' "
+                                            "configured); root 0")
+    sha_from_0 = [normalize_hash_to_int(hashlib.sha256(cbor2.dumps((0, (1, 2, 3, 4), ()), canonical=True)).digest())]
+    assert no_vllm["sha256_cbor"].block_hashes(tokens)[:1] != sha_from_0
+
+
+def test_setups_say_which_function_and_root() -> None:
+    assert LMCacheHasher().setup == "vLLM importable: vLLM's sha256_cbor; root first 8 bytes of vLLM's NONE_HASH"
+    assert LMCacheHasher(algo="builtin", none_hash_seed="0").setup.startswith("Python hash() ('builtin' is no vLLM")
+    mp = LMCacheHasher(mode="mp_token_hasher", algo="sha256", vllm_importable=False)
+    assert (mp.name, mp.hash_function) == ("lmcache.mp_token_hasher.sha256.no_vllm", "python_hash")
+    assert mp.setup.endswith("root hash((0, (0,), None))")
+    assert LMCacheHasher(mode="mp_token_hasher", vllm_importable=False).name == "lmcache.mp_token_hasher.blake3"
+
+
+def test_mp_python_hash_depends_on_hash_of_none() -> None:
+    """CPython 3.12+ hashes None to 0xFCA86420; 3.11 to an address, passed as python_none_hash."""
+    default = LMCacheHasher(chunk_size=4, mode="mp_token_hasher", algo="builtin", vllm_importable=False)
+    assert default.none_hash == python_hash((0, (0,), None), none_hash=0xFCA86420)
+    other = LMCacheHasher(chunk_size=4, mode="mp_token_hasher", algo="builtin", vllm_importable=False,
+                          python_none_hash=8757973507006)
+    assert default.block_hashes(range(8)) != other.block_hashes(range(8))
+    assert all(len(h) == 8 for h in default.block_hashes(range(8)))
+
 
 def _builtin_in_subprocess(pythonhashseed: str) -> str:
     code = ("from kvlab.hashing.lmcache_hash import LMCacheHasher; "
-            f"print(LMCacheHasher(chunk_size=4, algo='builtin', none_hash_seed={pythonhashseed!r})"
-            ".block_hashes(list(range(8))))")
+            "print(LMCacheHasher(chunk_size=4, algo='builtin', none_hash_seed='0').block_hashes(list(range(8))))")
     env = {**os.environ, "PYTHONHASHSEED": pythonhashseed, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,
                           text=True).stdout
 
 
-def test_builtin_warns_that_it_is_process_bound() -> None:
-    with pytest.warns(UserWarning, match="bound to this process"):
-        LMCacheHasher(chunk_size=4, algo="builtin")
-
-
-def test_builtin_with_vllm_root_depends_on_pythonhashseed() -> None:
-    """NONE_HASH = hash(seed string): equal under one PYTHONHASHSEED, different under another."""
-    first = _builtin_in_subprocess("0")
-    assert first == _builtin_in_subprocess("0")
-    assert first != _builtin_in_subprocess("1")
+def test_builtin_keys_do_not_depend_on_this_process() -> None:
+    """kvlab models hash(seed string) from the modelled PYTHONHASHSEED, never this process's hash()."""
+    assert _builtin_in_subprocess("1") == _builtin_in_subprocess("7") == _builtin_in_subprocess("random")
+    zero = LMCacheHasher(chunk_size=4, algo="builtin", none_hash_seed="0")
+    assert str(zero.block_hashes(list(range(8)))) + "\n" == _builtin_in_subprocess("1")
+    assert zero.none_hash == python_hash("0", hash_secret=(0, 0))
+    assert zero.block_hashes(range(8)) != LMCacheHasher(chunk_size=4, algo="builtin",
+                                                        none_hash_seed="42").block_hashes(range(8))
 
 
 # --- bad input ---------------------------------------------------------------------------------
@@ -295,16 +378,25 @@ BAD_PARAMS = [
     ({"chunk_size": 0}, "chunk_size must be an integer >= 1, got 0"),
     ({"mode": "lmcache"}, "mode must be one of ('chunked_token_db', 'mp_token_hasher'), got 'lmcache'"),
     ({"algo": "blake3"}, "algo for mode 'chunked_token_db' must be one of"),
-    ({"mode": "mp_token_hasher", "algo": "builtin"}, "algo for mode 'mp_token_hasher' must be one of"),
+    ({"mode": "mp_token_hasher", "algo": "md5"}, "algo for mode 'mp_token_hasher' must be one of"),
     ({"save_unfull_chunk": 1}, "save_unfull_chunk must be a bool, got 1"),
     ({"vllm_importable": "yes"}, "vllm_importable must be a bool, got 'yes'"),
     ({"mm_placeholder": "int32"}, "mm_placeholder must be one of ('per_position', 'int16_legacy'), got 'int32'"),
     ({"none_hash_seed": 0}, "none_hash_seed must be a str or None, got 0"),
     ({"mode": "mp_token_hasher", "save_unfull_chunk": True}, "hashes full chunks only"),
-    ({"mode": "mp_token_hasher", "algo": "sha256_cbor", "vllm_importable": False}, "needs vllm_importable=True"),
     ({"vllm_importable": False, "none_hash_seed": "0"}, "none_hash_seed='0' is unused"),
     ({"mode": "mp_token_hasher", "none_hash_seed": "0"}, "none_hash_seed='0' is unused"),
     ({"algo": "xxhash_cbor"}, "algo 'xxhash_cbor' needs an explicit none_hash_seed"),
+    ({"algo": "builtin"}, "algo 'builtin' with vllm_importable=True needs none_hash_seed (PYTHONHASHSEED)"),
+    ({"mode": "mp_token_hasher", "algo": "builtin"}, "needs none_hash_seed (PYTHONHASHSEED)"),
+    ({"algo": "builtin", "none_hash_seed": "random"}, "none_hash_seed='random' with algo 'builtin' is PYTHONHASHSEED"),
+    ({"algo": "builtin", "none_hash_seed": "4294967296"}, "integer in [0, 4294967295]"),
+    ({"algo": "builtin", "none_hash_seed": "-1"}, "integer in [0, 4294967295]"),
+    ({"python_none_hash": 5}, "python_none_hash=5 is unused"),
+    ({"mode": "mp_token_hasher", "algo": "sha256", "python_none_hash": 5}, "python_none_hash=5 is unused"),
+    ({"mode": "mp_token_hasher", "vllm_importable": False, "python_none_hash": 5}, "python_none_hash=5 is unused"),
+    ({"mode": "mp_token_hasher", "vllm_importable": False, "algo": "sha256", "python_none_hash": 2**63},
+     "python_none_hash must be an integer"),
 ]
 
 

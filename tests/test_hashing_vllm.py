@@ -182,11 +182,41 @@ def test_hasher_equals_reference_recipe(algo: str, block_size: int, tokens: list
 
 # --- incremental hashing ------------------------------------------------------------------
 
+INCREMENTAL_CASES = json.loads((Path(__file__).parent / "vectors/vllm_incremental_hashes.json").read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", INCREMENTAL_CASES, ids=[f"{c['scheme']}:{c['name']}" for c in INCREMENTAL_CASES])
+def test_incremental_vector(case: dict) -> None:
+    """Item 5: vLLM 0.33's own request_block_hasher, called after every append, returned exactly
+    the hashes kvlab's incremental hasher returns (both images kept in a block completed later)."""
+    params, request = case["params"], case["request"]
+    lora = request["lora"]
+    extras = RequestExtras(mm_items=tuple(MMItem(**item) for item in request["mm"]),
+                           cache_salt=request["cache_salt"], lora_name=lora and lora["name"],
+                           lora_path=lora and lora["path"])
+    hasher = VllmHasher(algo=params["hash_algo"], block_size=params["block_size"], seed=params["PYTHONHASHSEED"])
+    incremental, start, per_append = hasher.incremental(extras), 0, []
+    for step in request["appends"]:
+        per_append.append([h.hex() for h in incremental.append(request["token_ids"][start:start + step])])
+        start += step
+    assert per_append == case["expected"]["new_block_hashes_per_append"]
+
+
+def test_incremental_vectors_cover_the_two_image_block() -> None:
+    assert len(INCREMENTAL_CASES) == 52 and {c["verification"] for c in INCREMENTAL_CASES} == {"upstream_executed"}
+    case = next(c for c in INCREMENTAL_CASES if c["name"] == "two_images_block_completed_by_generation")
+    hasher = VllmHasher(algo=case["params"]["hash_algo"], block_size=8)
+    extras = RequestExtras(mm_items=(MMItem("image-A", 1, 2), MMItem("image-B", 4, 1)))
+    assert hasher.extra_keys(8, extras) == [(("mm", "image-A", 1), ("mm", "image-B", 4))]
+    assert case["expected"]["new_block_hashes_per_append"] == [[], [], [h.hex() for h in hasher.block_hashes(
+        case["request"]["token_ids"], extras)]]
+
+
 @pytest.mark.parametrize("lead", [0, 8], ids=["first block", "second block"])
 def test_incremental_block_with_two_images_equals_at_once(lead: int) -> None:
     """A block of 8 = [t0, A, A, t1, B, t2] + 2 generated tokens; image A at 1-2, B at 4
-    (after ``lead`` text tokens). vLLM resumes a later call's MM scan at the last image,
-    which would key the second block on B only; kvlab keys both."""
+    (after ``lead`` text tokens): keyed on both images, at once and incrementally, as vLLM 0.33
+    (test_incremental_vector)."""
     hasher = VllmHasher(block_size=8)
     extras = RequestExtras(mm_items=(MMItem("image-A", lead + 1, 2), MMItem("image-B", lead + 4, 1)))
     prompt, generated = list(range(100, 100 + lead)) + [11, 900, 900, 12, 901, 13], [14, 15]

@@ -115,6 +115,17 @@ def _check_extra_keys(value: object, num_blocks: int) -> tuple[tuple | None, ...
     return tuple(frozen)  # type: ignore[arg-type]
 
 
+def _check_lookahead(value: object, num_blocks: int) -> tuple[tuple[int, ...], ...] | None:
+    """vLLM 0.33's ``lookahead_token_ids``: one token list per block, or ``None``."""
+    if value is None:
+        return None
+    lists = _as_tuple("lookahead_token_ids", value)
+    if len(lists) != num_blocks:
+        raise ValueError(f"lookahead_token_ids has {len(lists)} lists but block_hashes has {num_blocks}; vLLM 0.33 "
+                         f"sends one list of lookahead tokens per block")
+    return tuple(_check_tokens(f"lookahead_token_ids[{i}]", tokens) for i, tokens in enumerate(lists))
+
+
 def _keys_u64(hashes: Sequence[ExternalBlockHash]) -> tuple[int, ...]:
     return tuple(normalize_engine_hash(h) for h in hashes)
 
@@ -150,8 +161,9 @@ class BlockStored:
         locality: ``"LOCAL"`` or ``"REMOTE"`` relative to the publisher.
         ownership: the secondary offloading tier that generated the event, if any.
         session_id: the request's session id.
-        lookahead_token_ids: tokens after the stored blocks that their hashes looked
-            ahead at (EAGLE, §1.5), or ``None``.
+        lookahead_token_ids: per block, the tokens after it that its hash looked ahead
+            at (EAGLE / MTP, §1.5): one list per entry of ``block_hashes``, e.g.
+            ``((5, 6), (9, 10))``; ``None`` when lookahead hashing is off.
 
     Lists are stored as tuples (extra-key arrays too), bytearrays as bytes.
 
@@ -162,6 +174,7 @@ class BlockStored:
             non-integer token id, ``block_size < 1``, a token count that is neither 0
             nor ``len(block_hashes) * block_size``, an ``extra_keys`` list whose length
             differs from ``len(block_hashes)`` or that nests arrays over 32 levels deep,
+            a ``lookahead_token_ids`` that is not one token list per block,
             a non-string ``medium`` / ``lora_name`` / ..., a negative ``group_idx``.
 
     Example:
@@ -188,7 +201,7 @@ class BlockStored:
     locality: str | None = None
     ownership: str | None = None
     session_id: str | None = None
-    lookahead_token_ids: tuple[int, ...] | None = None
+    lookahead_token_ids: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         hashes = _check_hashes("block_hashes", self.block_hashes)
@@ -207,7 +220,6 @@ class BlockStored:
                 f"token of the stored blocks")
         for name in ("medium", "lora_name", "kv_cache_spec_kind", "locality", "ownership", "session_id"):
             check_str(name, getattr(self, name), optional=True)
-        lookahead = self.lookahead_token_ids
         checked = {
             "block_hashes": hashes, "parent_block_hash": parent, "token_ids": tokens, "block_size": block_size,
             "lora_id": _check_opt_int("lora_id", self.lora_id, _I64_MIN),
@@ -215,7 +227,7 @@ class BlockStored:
             "group_idx": _check_opt_int("group_idx", self.group_idx, 0),
             "kv_cache_spec_sliding_window": _check_opt_int("kv_cache_spec_sliding_window",
                                                            self.kv_cache_spec_sliding_window, 1),
-            "lookahead_token_ids": None if lookahead is None else _check_tokens("lookahead_token_ids", lookahead),
+            "lookahead_token_ids": _check_lookahead(self.lookahead_token_ids, len(hashes)),
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)

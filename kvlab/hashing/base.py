@@ -147,18 +147,24 @@ def _sorted_items(mm_items: object) -> tuple[MMItem, ...]:
     return items
 
 
-def resolve_extras(extras: object, num_tokens: int) -> RequestExtras:
+def resolve_extras(extras: object, num_tokens: int, *, items_past_end: bool = False) -> RequestExtras:
     """``extras`` checked for a prompt of ``num_tokens`` tokens (``None`` → no extras).
 
+    Args:
+        extras: the request's extras, or ``None``.
+        num_tokens: the number of tokens hashed.
+        items_past_end: accept MM items that run past the last token or start after
+            it, for an engine that hashes a prefix and cuts them there (LMCache).
+
     Raises:
-        ValueError: not a :class:`RequestExtras`, or an MM item whose placeholders end
-            after the prompt (names the item and the prompt length).
+        ValueError: not a :class:`RequestExtras`, or (unless ``items_past_end``) an MM
+            item whose placeholders end after the prompt (names the item and the length).
     """
     if extras is None:
         return NO_EXTRAS
     if not isinstance(extras, RequestExtras):
         raise ValueError(f"extras must be a RequestExtras or None, got {type(extras).__name__}")
-    if extras.mm_items and extras.mm_items[-1].end > num_tokens:
+    if not items_past_end and extras.mm_items and extras.mm_items[-1].end > num_tokens:
         raise ValueError(f"mm item {extras.mm_items[-1]} ends after the prompt ({num_tokens} tokens)")
     return extras
 

@@ -255,13 +255,14 @@ class VllmIncrementalHasher:
     embeddings are known up front; items are taken with the ranges given, even past the
     prompt. The result always equals :meth:`VllmHasher.block_hashes` of all tokens so far.
 
-    Deliberate difference from vLLM: its ``request_block_hasher`` restarts the MM scan of
-    a later call at the *last* item (``curr_mm_idx = -1``), so a block completed by
-    generated tokens can lose an earlier image that still overlaps it. kvlab keeps the
-    scan cursor and keys *both* images in such a block (bug-report case 2: a block
-    ``[t0, A, A, t1, B, t2]`` completed by two generated tokens), so incremental and
-    at-once hashing agree. kvlab and vLLM can differ only on a block hashed by a later
-    call that overlaps an item other than the last.
+    Agrees with vLLM 0.33 append by append: a later call of its ``request_block_hasher``
+    resumes the MM scan at the first item overlapping the new block
+    (``get_mm_features_in_window``), so a block completed by generated tokens keeps an
+    earlier image that still overlaps it (bug-report case 2: a block ``[t0, A, A, t1, B,
+    t2]`` completed by two generated tokens is keyed on both A and B). Releases that
+    restarted the scan at the last item (``curr_mm_idx = -1``) keyed such a block on B
+    only; kvlab does not model them (tests/vectors/vllm_incremental_hashes.json pins the
+    0.33 behaviour).
 
     Args:
         hasher: the profile.
