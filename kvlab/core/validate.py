@@ -15,8 +15,9 @@ build on these.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import numpy as np
 
@@ -232,3 +233,32 @@ def rng_from_seed(name: str, seed: object) -> np.random.Generator:
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"{name} must be an integer >= 0 or a numpy.random.Generator, got {seed!r}")
     return np.random.default_rng(int(seed))
+
+
+def config_with(kind: type, config: object, overrides: Mapping[str, object]) -> object:
+    """``config`` (an instance of the dataclass ``kind``, or ``None`` for its defaults) with the
+    keyword ``overrides`` replacing its fields; the new instance validates itself.
+
+    Raises:
+        ValueError: ``config`` of another type, or an override that names no field of ``kind``
+            (the message lists the fields).
+
+    Example:
+        >>> from dataclasses import dataclass
+        >>> @dataclass(frozen=True)
+        ... class Toy:
+        ...     capacity_blocks: int = 1
+        >>> config_with(Toy, None, {"capacity_blocks": 4})
+        Toy(capacity_blocks=4)
+        >>> config_with(Toy, None, {"capcity_blocks": 4})
+        Traceback (most recent call last):
+        ...
+        ValueError: Toy has no field 'capcity_blocks'; fields: ['capacity_blocks']
+    """
+    if config is not None and type(config) is not kind:
+        raise ValueError(f"config must be a {kind.__name__} or None, got {config!r}")
+    names = [f.name for f in dataclasses.fields(kind)]
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        raise ValueError(f"{kind.__name__} has no field {unknown[0]!r}; fields: {sorted(names)}")
+    return dataclasses.replace(config, **overrides) if config is not None else kind(**overrides)

@@ -29,14 +29,14 @@ blocks it served as ``hit_blocks``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 import polars as pl
 
 from kvlab.core.result import RunResult, RunSummary, timeline_frame
-from kvlab.core.validate import check_choice, check_flag, check_positive
+from kvlab.core.validate import check_choice, check_flag, check_positive, config_with
 from kvlab.engines.omlx.paged_cache import PagedBlockPool, PagedCacheManager
 from kvlab.engines.omlx.paged_ssd_cache import PagedSSDCache
 from kvlab.engines.vllm.block_pool import FREE_ORDERS, MEDIUM_GPU, BlockPool
@@ -288,7 +288,7 @@ def replay_requests(trace: Trace, config: EngineReplayConfig | None = None, **ov
         >>> int(run.requests["hit_blocks"].sum()), int(run.requests["rejected"].sum())
         (193, 0)
     """
-    config = _config(EngineReplayConfig, config, overrides)
+    config = config_with(EngineReplayConfig, config, overrides)
     _, needed = _needed_blocks(trace)
     capacity = needed if config.capacity_blocks is None else min(config.capacity_blocks, needed)
     pool = BlockPool(capacity + 1, enable_caching=config.enable_caching, free_order=config.free_order,
@@ -327,7 +327,7 @@ def replay_omlx(trace: Trace, config: OmlxReplayConfig | None = None, **override
         >>> s.hit_blocks, s.restored_blocks, s.ssd_blocks, s.ssd_evictions
         (321, 236, 3000, 1809)
     """
-    config = _config(OmlxReplayConfig, config, overrides)
+    config = config_with(OmlxReplayConfig, config, overrides)
     _, needed = _needed_blocks(trace)
     capacity = needed if config.capacity_blocks is None else min(config.capacity_blocks, needed)
     initial = capacity if config.initial_blocks is None else min(config.initial_blocks, capacity)
@@ -351,18 +351,3 @@ def replay_omlx(trace: Trace, config: OmlxReplayConfig | None = None, **override
         if config.ssd_capacity_blocks is not None:
             timeline["SSD"]["capacity_blocks"] = np.full(len(trace), config.ssd_capacity_blocks)
     return _result(trace, config, manager, run, OmlxReplaySummary, timeline, totals)
-
-
-def _config(kind: type[EngineReplayConfig], config: object, overrides: dict[str, object]) -> EngineReplayConfig:
-    """``config`` (or the defaults) with ``overrides`` applied.
-
-    Raises:
-        ValueError: ``config`` of another type, or an override that is not a field."""
-    if config is not None and type(config) is not kind:
-        raise ValueError(f"config must be a {kind.__name__} or None, got {config!r}")
-    names = {f.name for f in fields(kind)}
-    unknown = sorted(set(overrides) - names)
-    if unknown:
-        raise ValueError(f"{kind.__name__} has no field {unknown[0]!r}; fields: {sorted(names)}")
-    values = {f.name: getattr(config, f.name) for f in fields(kind)} if config is not None else {}
-    return kind(**{**values, **overrides})

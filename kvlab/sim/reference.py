@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from kvlab.core.result import RunResult
+from kvlab.core.validate import config_with
 from kvlab.policies import get_policy
 from kvlab.sim.replay import KernelRun, ReplayConfig, ReplaySummary, result_of
 from kvlab.traces import Trace
@@ -60,7 +61,7 @@ def replay_reference(trace: Trace, config: ReplayConfig | None = None, **overrid
         raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
     if config is not None and not isinstance(config, ReplayConfig):
         raise ValueError(f"config must be a ReplayConfig or None, got {config!r}")
-    config = replace(config or ReplayConfig(), **overrides)
+    config = config_with(ReplayConfig, config, overrides)
     if config.mode != "prefix":
         raise ValueError(f"replay_reference models mode 'prefix' only, got mode={config.mode!r}")
     return result_of(trace, config, _run(trace, config), ReferenceSummary)

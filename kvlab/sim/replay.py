@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -18,7 +18,7 @@ import polars as pl
 
 from kvlab.core.result import RunResult, RunSummary, rolling_hit_ratio, timeline_frame
 from kvlab.core.semantics import HIT_SEMANTICS, SINGLE_TIER, TOUCH_ORDERS
-from kvlab.core.validate import check_choice, check_flag, check_int, check_positive, check_real
+from kvlab.core.validate import check_choice, check_flag, check_int, check_positive, check_real, config_with
 from kvlab.engines.replay import replay_omlx
 from kvlab.policies import get_policy
 from kvlab.sim.kernel import make_orphan_tracker, replay_range
@@ -110,7 +110,7 @@ class ReplayConfig:
             "hit_semantics": check_choice("hit_semantics", self.hit_semantics, HIT_SEMANTICS),
             "track_orphans": check_flag("track_orphans", self.track_orphans),
             "ssd_only": check_flag("ssd_only", self.ssd_only),
-            "ssd_capacity_blocks": check_int("ssd_capacity_blocks", self.ssd_capacity_blocks, low=0,
+            "ssd_capacity_blocks": check_int("ssd_capacity_blocks", self.ssd_capacity_blocks, low=1,
                                              high=2**63 - 1, optional=True),
         }
         if not 0.0 <= normal["warmup_fraction"] < 1.0:
@@ -353,7 +353,7 @@ def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool =
     if config is not None and not isinstance(config, ReplayConfig):
         raise ValueError(f"config must be a ReplayConfig or None, got {config!r}; "
                          "pass the capacity by name: replay(trace, capacity_blocks=...)")
-    config = replace(config or ReplayConfig(), **overrides)
+    config = config_with(ReplayConfig, config, overrides)
     if config.mode == "omlx":
         return replay_omlx(trace, capacity_blocks=config.capacity_blocks, free_order=config.free_order,
                            ssd_only=config.ssd_only, ssd_capacity_blocks=config.ssd_capacity_blocks)
