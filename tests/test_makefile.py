@@ -19,8 +19,12 @@ def test_make_lab_allows_root_only_as_root(tmp_path: Path) -> None:
     jupyter = tmp_path / "jupyter"
     jupyter.write_text('#!/bin/sh\necho "$@"\n')
     jupyter.chmod(0o755)
-    # BIN: the stand-in jupyter; STAMP: an existing file, so the venv is not set up
-    done = subprocess.run(["make", "-s", "lab", f"BIN={tmp_path}", "STAMP=Makefile"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, check=True)
+    # BIN: the stand-in jupyter; STAMP: a file newer than pyproject.toml, so the venv is not set up
+    # (not the Makefile itself: in a fresh clone it may be older, and make would try to remake it)
+    stamp = tmp_path / "installed"
+    stamp.touch()
+    done = subprocess.run(["make", "-s", "lab", f"BIN={tmp_path}", f"STAMP={stamp}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
     expected = "lab notebooks --allow-root" if os.geteuid() == 0 else "lab notebooks"
     assert done.stdout.splitlines() == [expected]
