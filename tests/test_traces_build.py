@@ -137,3 +137,12 @@ def test_rechunk_keeps_parquet_round_trip(tmp_path) -> None:
     back = load_trace(tmp_path / "t.parquet")
     assert not back.partial_block_keyed and back.frame.equals(trace.frame)
     assert np.array_equal(back.flat.block_ids, trace.flat.block_ids)
+
+
+def test_rechunk_refuses_keys_that_are_not_chained() -> None:
+    """Keeping every k-th key merges two different prompts when keys are not chained."""
+    frame = pl.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 1.0], "input_tokens": [2, 2],
+                          "output_tokens": [1, 1], "block_keys": [[1, 2], [3, 2]]})
+    trace = Trace(frame, block_size=1, source="nc")
+    with pytest.raises(ValueError, match=r"nc: row 1: block_keys\[1\]=2 follows key 3 here but key 1"):
+        trace.rechunk(2)

@@ -7,6 +7,7 @@ import polars as pl
 
 from kvlab.core.validate import check_positive
 from kvlab.hashing.base import MAX_BLOCK_SIZE, BlockHasher, MMItem, RequestExtras, check_block_size
+from kvlab.traces.chain import check_chained_keys
 from kvlab.traces.flat import list_series
 from kvlab.traces.trace import Trace
 
@@ -148,6 +149,8 @@ def rechunk(trace: Trace, k: int) -> Trace:
     Raises:
         ValueError: ``k`` is not an integer >= 1 — finer blocks than the trace's cannot
             be made: a chained id hides where inside its block two prompts diverge.
+        kvlab.traces.TraceFormatError: the trace's keys are not prefix-chained (keeping every
+            k-th key is only a coarser chain when each key stands for its whole prefix).
 
     Example:
         >>> from kvlab.traces import load_trace
@@ -164,6 +167,7 @@ def rechunk(trace: Trace, k: int) -> Trace:
     k = check_block_size(k, "k")
     if trace.block_size * k > MAX_BLOCK_SIZE:
         raise ValueError(f"rechunk({k}) would make {trace.block_size * k}-token blocks; the limit is 2**31 - 1")
+    check_chained_keys(trace.flat, trace.source)
     keys = pl.col("block_keys")
     groups = keys.list.gather_every(k, offset=k - 1)
     if trace.partial_block_keyed:
