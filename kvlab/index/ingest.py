@@ -56,7 +56,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvlab.core.validate import check_choice, check_flag, check_str, check_u64
+from kvlab.core.validate import check_choice, check_flag, check_positive, check_str, check_u64
 from kvlab.events.types import BlockRemoved, BlockStored, EventBatch
 from kvlab.events.wire import DecodedBatch
 from kvlab.hashing.llmd_hash import LlmdHasher
@@ -169,7 +169,7 @@ class EventIngestor:
         self.use_groups = use_groups
         self.initial_seq = None if initial_seq is None else check_u64("initial_seq", initial_seq)
         self.unknown_parent = check_choice("unknown_parent", unknown_parent, UNKNOWN_PARENT_MODES)
-        self._deferred = DeferredStores(max_deferred)  # checks max_deferred; used under "defer" only
+        self._deferred = DeferredStores(check_positive("max_deferred", max_deferred))  # used under "defer" only
         self.stats = IngestStats()
         self._publishers: dict[tuple[str, int | None], _Publisher] = {}
 
