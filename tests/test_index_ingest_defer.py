@@ -141,7 +141,8 @@ def test_a_held_store_that_fails_when_applied_is_recorded() -> None:
 
 
 @pytest.mark.parametrize(("options", "match"), [
-    ({"unknown_parent": "keep"}, "unknown_parent must be one of"), ({"max_deferred": 0}, "max_deferred must be an integer >= 1, got 0"),
+    ({"unknown_parent": "keep"}, "unknown_parent must be one of"),
+    ({"max_deferred": 0}, "max_deferred must be an integer >= 1, got 0"),
 ])
 def test_the_options_are_checked(options: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
