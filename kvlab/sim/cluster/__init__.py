@@ -1,4 +1,4 @@
-"""Timed cluster serving simulation (issue 15; docs/specs cluster_sim.md §6).
+"""Timed cluster serving simulation (issue 15; docs/specs/cluster_sim.md §6).
 
 So far: the step-time models of §6.5 (:mod:`kvlab.sim.cluster.timing`,
 :mod:`kvlab.sim.cluster.profile_table`).

@@ -1,4 +1,4 @@
-"""Step-time models of the cluster simulation (docs/specs cluster_sim.md §6.5; rules C10, C11, C12).
+"""Step-time models of the cluster simulation (docs/specs/cluster_sim.md §6.5; rules C10, C11, C12).
 
 A worker runs one batch per step: prefill chunks ``(n_i new tokens after c_i context)`` and
 decodes with contexts ``k_j`` (:class:`StepBatch`). A time model maps the batch to a
