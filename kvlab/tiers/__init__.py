@@ -6,6 +6,7 @@ piece                                  what it cares about         in → out
 :class:`Device`, ``DEVICES``           one tier's device or link   bytes, ops → seconds (latency, bandwidth, slots)
 :class:`ModelSpec`, ``MODELS``         one model's KV and FLOPs    tokens → KV bytes, blocks per capacity, FLOPs
 ``GPU_FLOPS``                          GPU compute                 name → dense BF16 FLOP/s
+``GPU_HBM_BYTES_PER_S``                GPU memory                  name → peak HBM bytes/s
 ``cost``: :func:`load_or_recompute`    load or recompute           blocks, tier, GPU → fetch / recompute seconds
 :func:`ttft_saved_s`                   hits over several tiers     per-tier hit blocks → prefill seconds saved
 :func:`mooncake_break_even_bandwidth`  Mooncake FAST'25 Eq. 2      prefix length, model, GPUs → bytes/s
@@ -37,7 +38,15 @@ from kvlab.tiers.cost import (
 )
 from kvlab.tiers.devices import DEVICES, Device, get_device
 from kvlab.tiers.events import TierEvent, apply_kv_events, to_kv_events
-from kvlab.tiers.models import GPU_FLOPS, MODELS, ModelSpec, get_gpu_flops, get_model
+from kvlab.tiers.models import (
+    GPU_FLOPS,
+    GPU_HBM_BYTES_PER_S,
+    MODELS,
+    ModelSpec,
+    get_gpu_flops,
+    get_gpu_hbm_bytes_per_s,
+    get_model,
+)
 from kvlab.tiers.replay import replay_tiered
 from kvlab.tiers.result import TieredReplayResult, TieredSummary, TierSummary
 from kvlab.tiers.store import TieredStore
@@ -47,6 +56,7 @@ from kvlab.tiers.types import WRITE_POLICIES, LookupResult, TieredConfig, TierSp
 __all__ = [
     "DEVICES",
     "GPU_FLOPS",
+    "GPU_HBM_BYTES_PER_S",
     "MODELS",
     "Device",
     "LoadOrRecompute",
@@ -67,6 +77,7 @@ __all__ = [
     "fetch_time_s",
     "get_device",
     "get_gpu_flops",
+    "get_gpu_hbm_bytes_per_s",
     "get_model",
     "load_or_recompute",
     "mooncake_break_even_bandwidth",

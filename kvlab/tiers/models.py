@@ -1,8 +1,9 @@
-"""Model shapes (KV bytes per token, prefill FLOPs) and GPU compute presets.
+"""Model shapes (KV bytes per token, prefill FLOPs) and GPU compute and memory-bandwidth presets.
 
 :data:`MODELS` holds every row of docs/specs/engines.md §8.2 (values from the models' public
 ``config.json``; ``num_params`` / ``num_active_params`` from the model cards). :data:`GPU_FLOPS` maps
-a GPU name to its dense BF16 FLOP/s. Both feed :mod:`kvlab.tiers.cost` (load vs recompute).
+a GPU name to its dense BF16 FLOP/s, :data:`GPU_HBM_BYTES_PER_S` to its HBM bandwidth. They feed
+:mod:`kvlab.tiers.cost` (load vs recompute) and the cluster step-time models (:mod:`kvlab.sim.cluster.timing`).
 
 KV bytes per token (engines.md §8.2), BF16 = 2 bytes per element:
 
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 
 from kvlab.tiers.devices import _check_int, _check_real
 
-__all__ = ["GPU_FLOPS", "MODELS", "ModelSpec", "get_gpu_flops", "get_model"]
+__all__ = ["GPU_FLOPS", "GPU_HBM_BYTES_PER_S", "MODELS", "ModelSpec", "get_gpu_flops", "get_gpu_hbm_bytes_per_s",
+           "get_model"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,6 +199,24 @@ GPU_FLOPS: dict[str, float] = {
 """Dense BF16 FLOP/s per GPU, by name (sources in the comments)."""
 
 
+GPU_HBM_BYTES_PER_S: dict[str, float] = {
+    # Peak HBM bandwidth per GPU, bytes/s (1 TB/s = 1e12 B/s), the SXM / HGX parts GPU_FLOPS names.
+    # The NVIDIA datasheet PDFs are not in the searchable corpus; every value below is the datasheet
+    # figure as quoted by the secondary pages cited (all agree; none contradicts the spec's table).
+    "H100-SXM": 3.35e12,  # NVIDIA H100 datasheet, H100 SXM 80 GB HBM3 (H100 PCIe/NVL differ: 2.0/3.9 TB/s);
+    #                       glennklockwood.com/garden/processors/h100, openmetal.io H200 vs H100 SXM5
+    "H200": 4.8e12,  # NVIDIA H200 datasheet, 141 GB HBM3e (+43 % over H100 SXM); aiminingco.com/gpu/h200/specs
+    "H800": 3.35e12,  # export variant of H100 SXM: same 80 GB HBM3 (only NVLink reduced)
+    "B200": 8e12,  # NVIDIA HGX B200 datasheet, 8 TB/s HBM3e per GPU; glennklockwood.com/garden/processors/B200,
+    #                modal.com/gpu-glossary/perf/memory-bandwidth
+    "A100": 2.039e12,  # NVIDIA A100 datasheet, A100 80 GB SXM HBM2e (the 40 GB part: 1.555e12);
+    #                    glennklockwood.com/garden/processors/A100 (cites the datasheet PDF)
+    "A800": 2.039e12,  # export variant of A100 80 GB SXM, same HBM2e
+    "H20": 4.0e12,  # NVIDIA H20 spec sheet, 96 GB HBM3 at 4.0 TB/s; willitrunai.com/gpus/h20-96gb
+}
+"""Peak HBM bandwidth in bytes/s per GPU, by name (same names as :data:`GPU_FLOPS`; sources in the comments)."""
+
+
 def _lookup(table: dict, kind: str, name: str) -> object:
     if isinstance(name, str):
         for key, value in table.items():
@@ -221,3 +241,12 @@ def get_gpu_flops(name: str) -> float:
     312000000000000.0
     """
     return _lookup(GPU_FLOPS, "GPU", name)
+
+
+def get_gpu_hbm_bytes_per_s(name: str) -> float:
+    """Peak HBM bandwidth in bytes/s of GPU ``name`` (case-insensitive); ``ValueError`` listing known names.
+
+    >>> get_gpu_hbm_bytes_per_s("h100-sxm")
+    3350000000000.0
+    """
+    return _lookup(GPU_HBM_BYTES_PER_S, "GPU", name)
