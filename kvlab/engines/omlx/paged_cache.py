@@ -332,6 +332,11 @@ class PagedCacheManager(KVCacheManager):
         block_id = check_int("block_id", block_id, low=0)
         return self.block_pool.blocks[block_id] if block_id < self.block_pool.num_blocks else None
 
+    def _free_block(self, block_id: object) -> KVCacheBlock | None:
+        """The block ``block_id`` if it exists, is free (ref count 0) and is not the null block."""
+        block = self._block(block_id)
+        return None if block is None or block.ref_cnt > 0 or block.is_null else block
+
     def mark_block_cold(self, block_id: int) -> bool:
         """Record that a free block's data is cold (on the SSD). Models oMLX
         ``mark_block_cold``: in paged-SSD-only mode a bookkeeping step only — the block
@@ -343,8 +348,8 @@ class PagedCacheManager(KVCacheManager):
         Raises:
             ValueError: ``block_id`` is not an integer >= 0.
         """
-        block = self._block(block_id)
-        if block is None or block.ref_cnt > 0 or block.is_null:
+        block = self._free_block(block_id)
+        if block is None:
             return False
         self.stats.cold_marks += 1
         return True
@@ -360,8 +365,8 @@ class PagedCacheManager(KVCacheManager):
         Raises:
             ValueError: ``block_id`` is not an integer >= 0.
         """
-        block = self._block(block_id)
-        if block is None or block.ref_cnt > 0 or block.is_null:
+        block = self._free_block(block_id)
+        if block is None:
             return False
         self.block_pool.evict_blocks([block.block_id])
         self.stats.permanent_evictions += 1
