@@ -64,6 +64,10 @@ TIMELINE_METRICS: dict[str, tuple[str, str]] = {
                            "tier that computes them (the first tier; in a cluster, the chosen pod)"),
     "hit_ratio_rolling": ("mean", "block hit ratio over the last window of requests"),
     "orphaned_blocks": ("max", "resident blocks whose parent block is not resident"),
+    "free_blocks": ("min", "blocks the worker's pool can hand out at the step (a cluster simulation)"),
+    "running_requests": ("max", "requests in the worker's running batch at the step"),
+    "waiting_requests": ("max", "requests queued on the worker, not loading, at the step"),
+    "fetching_requests": ("max", "requests loading tier hits (FETCH_KVC) at the step"),
 }
 
 _FAMILIES = {

@@ -212,7 +212,9 @@ class BlockPool:
             raise ValueError(f"num_cached_blocks={num_cached_blocks} exceeds num_full_blocks={num_full_blocks}")
         if num_cached_blocks == num_full_blocks:
             return
-        keys = [check_block_key(f"block_hashes[{i}]", h) for i, h in enumerate(block_hashes[:num_full_blocks])]
+        first = max(num_cached_blocks - 1, 0)  # the parent and the blocks stored (the rest were checked)
+        keys = [check_block_key(f"block_hashes[{i}]", h)
+                for i, h in enumerate(block_hashes[first:num_full_blocks], start=first)]
         new_blocks = list(blocks[num_cached_blocks:num_full_blocks])
         check_own_blocks(self.blocks, new_blocks, "blocks", start=num_cached_blocks)
         for i, block in enumerate(new_blocks, start=num_cached_blocks):
@@ -233,13 +235,13 @@ class BlockPool:
                 check_sized("extra_keys", extra_keys)
                 if len(extra_keys) != num_new:
                     raise ValueError(f"extra_keys has {len(extra_keys)} entries but {num_new} blocks are stored")
-            event = BlockStored(block_hashes=keys[num_cached_blocks:],
-                                parent_block_hash=keys[num_cached_blocks - 1] if num_cached_blocks else None,
+            event = BlockStored(block_hashes=keys[num_cached_blocks - first:],
+                                parent_block_hash=keys[0] if num_cached_blocks else None,
                                 token_ids=tokens, block_size=self.block_size, lora_id=lora_id, medium=self.medium,
                                 lora_name=lora_name,
                                 extra_keys=[None] * num_new if extra_keys is None else list(extra_keys),
                                 group_idx=KV_CACHE_GROUP_ID, session_id=session_id)
-        for block, key in zip(new_blocks, keys[num_cached_blocks:], strict=True):
+        for block, key in zip(new_blocks, keys[num_cached_blocks - first:], strict=True):
             block.block_hash = key
             self.cached_block_hash_to_block.setdefault(key, {})[block.block_id] = block
         self.num_cached_blocks += len(new_blocks)

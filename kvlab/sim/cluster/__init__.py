@@ -1,11 +1,19 @@
 """Timed cluster serving simulation (issue 15; docs/specs/cluster_sim.md §6).
 
-So far: the step-time models of §6.5 (:mod:`kvlab.sim.cluster.timing`,
-:mod:`kvlab.sim.cluster.profile_table`).
+A discrete-event simulation of workers running engine-faithful caches (vLLM v1's
+``KVCacheManager`` and scheduling step), tiers with device models, a router over an event-fed
+index, and a step-time model — :func:`simulate` returns the shared result type with TTFT, TBT,
+E2E, hits per tier and prefill GPU time. Rules C1–C24 are cluster_sim.md §6.9.
 
 =========================  =============================================================
 name                       what
 =========================  =============================================================
+:func:`simulate`           a trace through the cluster → :class:`ClusterResult`
+:class:`ClusterConfig`     workers, engine limits, time model, tiers, links, router, SLOs
+:class:`ClusterTier`       a tier under every worker's GPU cache
+:class:`Decision`          a router's answer (worker, decode worker, transfer, reject)
+:class:`Router`            ``select(request, view, now)``; :class:`RandomRouter`,
+                           :class:`RoundRobin`, :class:`LeastLoaded`, :class:`ScorerRouter`
 :class:`StepBatch`         one step's prefill chunks ``(n_i, c_i)`` and decode contexts
 :class:`StepTime`          ``(step_s, prefill_s)`` of a step (C12)
 :class:`Roofline`          per-phase roofline + overheads, BLIS form (C10; default)
@@ -16,7 +24,27 @@ name                       what
 =========================  =============================================================
 """
 
+from kvlab.sim.cluster.config import ClusterConfig, ClusterTier
+from kvlab.sim.cluster.links import Link
+from kvlab.sim.cluster.metrics import ClusterResult, ClusterSummary
 from kvlab.sim.cluster.profile_table import ProfileTable
+from kvlab.sim.cluster.routers import (
+    ROUTERS,
+    ClusterView,
+    Decision,
+    LeastLoaded,
+    RandomRouter,
+    RequestView,
+    RoundRobin,
+    Router,
+    ScorerRouter,
+    WorkerLoad,
+    get_router,
+)
+from kvlab.sim.cluster.simulate import arrival_times, simulate
 from kvlab.sim.cluster.timing import Linear, MooncakePrefill, Roofline, StepBatch, StepTime, ZeroTime
 
-__all__ = ["Linear", "MooncakePrefill", "ProfileTable", "Roofline", "StepBatch", "StepTime", "ZeroTime"]
+__all__ = ["ROUTERS", "ClusterConfig", "ClusterResult", "ClusterSummary", "ClusterTier", "ClusterView", "Decision",
+           "LeastLoaded", "Linear", "Link", "MooncakePrefill", "ProfileTable", "RandomRouter", "RequestView",
+           "Roofline", "RoundRobin", "Router", "ScorerRouter", "StepBatch", "StepTime", "WorkerLoad", "ZeroTime",
+           "arrival_times", "get_router", "simulate"]

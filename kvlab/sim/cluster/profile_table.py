@@ -119,3 +119,10 @@ class ProfileTable:
             total = float(batch.decode_context_tokens.sum())
             decode = self.decode_time_s(total, total / batch.num_decode)
         return StepTime(prefill + decode, prefill)
+
+    def decode_step_time(self, num_decode: int, context_tokens: int) -> StepTime:
+        """:meth:`step_time` of a decode-only batch from its size and ``Σ k_j`` (C9)."""
+        if num_decode == 0:
+            return StepTime(0.0, 0.0)
+        step = self.decode_time_s(float(context_tokens), float(context_tokens) / num_decode)
+        return StepTime(step, 0.0)

@@ -178,6 +178,11 @@ class _Hardware:
         """``Σ m.prefill_flops(n_i, c_i)``."""
         return float(sum(self.model.prefill_flops(int(n), int(c)) for n, c in zip(new_tokens, context_tokens)))
 
+    def _decode_flops(self, num_decode: int, context_tokens: int) -> float:
+        """``Σ_j m.prefill_flops(1, k_j)`` from ``num_decode`` and ``Σ k_j`` (linear in ``k``)."""
+        base = self.model.prefill_flops(1, 0)
+        return num_decode * base + (self.model.prefill_flops(1, 1) - base) * context_tokens
+
     def _decode_bytes(self, batch: StepBatch) -> float:
         """``KV_dc = Σ_j (k_j + 1) × kv_bytes_per_token``."""
         return float((batch.decode_context_tokens + 1).sum()) * self.model.kv_bytes_per_token
@@ -248,6 +253,16 @@ class Roofline(_Hardware):
         share = prefill + self.t_req_s * batch.num_prefill + _fixed_share(fixed, batch)
         return StepTime(step, min(share, step))
 
+    def decode_step_time(self, num_decode: int, context_tokens: int) -> StepTime:
+        """:meth:`step_time` of a decode-only batch from its size and ``Σ k_j`` (closed form, C9)."""
+        if num_decode == 0:
+            return StepTime(0.0, 0.0)
+        h = self.hbm_bytes_per_s * self.eta
+        kv = (context_tokens + num_decode) * self.model.kv_bytes_per_token
+        decode = max(self._decode_flops(num_decode, context_tokens) / (self.peak_flops * self.mfu_dc),
+                     (self.weight_bytes + kv) / h)
+        return StepTime(decode + self.t_step_s + self.t_layer_s * self.model.layers + self.t_req_s * num_decode, 0.0)
+
 
 @dataclass(frozen=True, eq=False)
 class MooncakePrefill(_Hardware):
@@ -293,6 +308,13 @@ class MooncakePrefill(_Hardware):
             decode = (self.weight_bytes + self._decode_bytes(batch)) / (self.hbm_bytes_per_s * self.eta)
         return StepTime(prefill + decode, prefill)
 
+    def decode_step_time(self, num_decode: int, context_tokens: int) -> StepTime:
+        """:meth:`step_time` of a decode-only batch from its size and ``Σ k_j`` (closed form, C9)."""
+        if num_decode == 0:
+            return StepTime(0.0, 0.0)
+        kv = (context_tokens + num_decode) * self.model.kv_bytes_per_token
+        return StepTime((self.weight_bytes + kv) / (self.hbm_bytes_per_s * self.eta), 0.0)
+
 
 @dataclass(frozen=True)
 class Linear:
@@ -324,6 +346,10 @@ class Linear:
         step = self.beta0 + prefill + self.beta2 * batch.num_decode
         return StepTime(step, min(prefill + _fixed_share(self.beta0, batch), step))
 
+    def decode_step_time(self, num_decode: int, context_tokens: int) -> StepTime:  # noqa: ARG002
+        """:meth:`step_time` of a decode-only batch of ``num_decode`` requests (C9)."""
+        return StepTime(self.beta0 + self.beta2 * num_decode if num_decode else 0.0, 0.0)
+
 
 @dataclass(frozen=True)
 class ZeroTime:
@@ -336,5 +362,9 @@ class ZeroTime:
     def step_time(self, batch: StepBatch) -> StepTime:
         """``StepTime(0.0, 0.0)`` for any :class:`StepBatch`."""
         _check_batch(batch)
+        return StepTime(0.0, 0.0)
+
+    def decode_step_time(self, num_decode: int, context_tokens: int) -> StepTime:  # noqa: ARG002
+        """``StepTime(0.0, 0.0)`` (C9's closed form of a decode-only step)."""
         return StepTime(0.0, 0.0)
 

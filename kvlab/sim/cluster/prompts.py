@@ -1,0 +1,146 @@
+"""A trace's prompts as engine blocks: chained engine keys, their tokens, their llm-d request keys.
+
+A trace names each prompt by chained block keys of its own block size (Mooncake: 512 tokens);
+a simulated worker caches engine blocks of ``block_size`` tokens (vLLM: 16). Engine block ``b``
+covers tokens ``[b·block_size, (b+1)·block_size)``; its key mixes (splitmix64) the trace key of
+the trace block holding its last token with that token's offset in the trace block. Equal trace
+keys mean equal prefixes through the whole trace block, so equal engine keys mean equal
+prefixes: the chaining survives, and prompts keep their real length.
+
+An engine block's tokens are a function of its key (``block_size`` splitmix64 draws), so KV
+events can carry tokens for the index (llm-d recomputes request keys from tokens, rule L18)
+without storing prompts, and a request key is memoised per engine key.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvlab.core.validate import check_positive
+from kvlab.hashing.llmd_hash import LlmdHasher
+from kvlab.traces import Trace
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+#: Salt of output-token block keys (never a prompt key: those mix a trace key with an offset).
+_OUTPUT_SALT = np.uint64(0xD1B54A32D192ED03)
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser of ``x + golden`` over a uint64 array (wrapping arithmetic).
+
+    >>> int(splitmix64(np.array([0], dtype=np.uint64))[0]) == 0xE220A8397B1DCDAF
+    True
+    """
+    with np.errstate(over="ignore"):
+        z = np.asarray(x, dtype=np.uint64) + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        return z ^ (z >> np.uint64(31))
+
+
+def engine_block_keys(trace_keys: np.ndarray, input_tokens: int, trace_block_size: int,
+                      block_size: int) -> np.ndarray:
+    """The chained engine keys (uint64, one per full engine block) of one trace prompt.
+
+    Args:
+        trace_keys: the prompt's trace block keys (uint64, chained), covering ``input_tokens``.
+        input_tokens: the prompt length, tokens.
+        trace_block_size, block_size: tokens per trace block and per engine block.
+
+    Raises:
+        ValueError: the trace keys cover fewer than ``input_tokens`` tokens' full engine blocks.
+
+    >>> keys = engine_block_keys(np.array([7, 8], dtype=np.uint64), 1000, 512, 16)
+    >>> keys.shape, bool(keys[0] != keys[1])
+    ((62,), True)
+    """
+    num_blocks = input_tokens // block_size
+    ends = (np.arange(1, num_blocks + 1, dtype=np.int64) * block_size) - 1
+    which = ends // trace_block_size
+    if num_blocks and which[-1] >= len(trace_keys):
+        raise ValueError(f"{len(trace_keys)} trace block keys of {trace_block_size} tokens do not cover a "
+                         f"{input_tokens}-token prompt")
+    offsets = (ends % trace_block_size).astype(np.uint64)
+    keys = np.asarray(trace_keys, dtype=np.uint64)[which]
+    with np.errstate(over="ignore"):
+        out = splitmix64(splitmix64(keys) ^ offsets)
+    out[out == 0] = 1  # 0 is no key (vLLM's None parent)
+    return out
+
+
+def output_block_key(request_index: int, block_index: int) -> int:
+    """The engine key of a request's ``block_index``-th block once output tokens fill it.
+
+    Output tokens are unique to their request (the trace gives them no identity), so the key
+    mixes the request's index, the block's position and a salt: never a prompt key, never
+    another request's.
+
+    >>> output_block_key(0, 3) != output_block_key(1, 3)
+    True
+    """
+    x = np.array([request_index], dtype=np.uint64) * _M1 ^ np.uint64(block_index) ^ _OUTPUT_SALT
+    return int(splitmix64(splitmix64(x))[0]) or 1
+
+
+def block_tokens(key: int, block_size: int) -> np.ndarray:
+    """``block_size`` token ids (uint32, < 2**31) drawn from an engine key by splitmix64.
+
+    >>> block_tokens(5, 4).tolist() == block_tokens(5, 4).tolist(), len(block_tokens(5, 4))
+    (True, 4)
+    """
+    seq = np.uint64(key) + np.arange(1, block_size + 1, dtype=np.uint64) * _GOLDEN
+    return (splitmix64(seq) & np.uint64(0x7FFFFFFF)).astype(np.uint32)
+
+
+class PromptSource:
+    """Engine keys per request of a trace, and llm-d request keys memoised per engine key.
+
+    Args:
+        trace: the trace (chained block keys).
+        block_size: the engine block size, tokens (>= 1).
+
+    Raises:
+        ValueError: not a Trace, a bad block size.
+
+    Example:
+        >>> from kvlab.traces import load_trace
+        >>> src = PromptSource(load_trace("conversation").head(3), 16)
+        >>> [len(src.engine_keys(i)) for i in range(3)]
+        [422, 457, 452]
+    """
+
+    def __init__(self, trace: Trace, block_size: int) -> None:
+        if not isinstance(trace, Trace):
+            raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
+        self.block_size = check_positive("block_size", block_size)
+        self.trace_block_size = trace.block_size
+        self._keys = trace.frame["block_keys"].to_list()
+        self._inputs = trace.frame["input_tokens"].to_list()
+        self._request_keys: dict[int, int] = {}
+
+    def engine_keys(self, i: int) -> list[int]:
+        """The engine keys (ints) of request ``i``'s full prompt blocks."""
+        keys = np.asarray(self._keys[i], dtype=np.uint64)
+        return engine_block_keys(keys, self._inputs[i], self.trace_block_size, self.block_size).tolist()
+
+    def event_tokens(self, engine_keys: list[int]) -> list[int]:
+        """The tokens of the blocks with ``engine_keys`` (what a ``BlockStored`` carries)."""
+        if not engine_keys:
+            return []
+        return np.concatenate([block_tokens(k, self.block_size) for k in engine_keys]).tolist()
+
+    def request_keys(self, engine_keys: list[int], hasher: LlmdHasher, root: int) -> list[int]:
+        """llm-d's request keys of a prompt's blocks (rule L18: the chain from ``root`` over the
+        tokens), memoised per engine key (a block's tokens are a function of its key)."""
+        memo, out = self._request_keys, []
+        parent = root
+        for key in engine_keys:
+            rk = memo.get(key)
+            if rk is None:
+                rk = hasher.block_hashes(block_tokens(key, self.block_size).tolist(), parent_key=parent)[0]
+                memo[key] = rk
+            out.append(rk)
+            parent = rk
+        return out

@@ -1,0 +1,303 @@
+"""One simulated worker: a vLLM v1 engine's KV cache and scheduling step (cluster_sim.md §6.4).
+
+The cache is kvlab's engine-faithful :class:`~kvlab.engines.vllm.kv_cache_manager.KVCacheManager`;
+the step follows vLLM v1 ``Scheduler.schedule``: a token budget ``max_num_batched_tokens`` and
+``max_num_seqs``; running requests first, in admission order, each ``min(remaining,
+long_prefill_token_threshold, budget)`` tokens (chunked prefill) or one decode token; when a
+running request cannot get blocks, ``running.pop()`` is preempted (recompute: its blocks are
+freed and stay cached, C5, C19) until it fits or the victim is itself; waiting requests only in a
+step without preemption (C6), stopping at the first that does not fit. A waiting request whose
+prompt a lower tier holds beyond the GPU hit (C7) loads it first: blocks reserved, state
+``FETCH_KVC`` behind Opal's ``max_kvc_ready_requests`` gate (C8; a request the gate or the pool
+refuses is skipped, Opal O22), ``READY`` when the load is done.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from kvlab.engines.vllm.block_pool import BlockPool
+from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
+from kvlab.engines.vllm.request import Request
+from kvlab.sim.cluster.config import ClusterConfig
+from kvlab.sim.cluster.links import Link
+from kvlab.sim.cluster.prompts import output_block_key
+from kvlab.sim.cluster.state import SimRequest
+from kvlab.tiers.cost import fetch_time_s, tokens_to_load
+from kvlab.tiers.store import TieredStore
+from kvlab.tiers.types import TierSpec
+
+
+@dataclass
+class Plan:
+    """One scheduled step: ``prefill`` chunks ``(request, new tokens, context tokens)``, ``decode``
+    requests, the requests it ``preempted`` and whether any waiting request was admitted."""
+
+    prefill: list[tuple[SimRequest, int, int]] = field(default_factory=list)
+    decode: list[SimRequest] = field(default_factory=list)
+    preempted: list[SimRequest] = field(default_factory=list)
+    num_prefill_tokens: int = 0
+    decode_context_sum: int = 0
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to compute (no step)."""
+        return not self.prefill and not self.decode
+
+
+class Worker:
+    """A worker's cache, queues, links and counters; the cluster loop drives it.
+
+    Args:
+        index: its position (``w{index}``; the C2 tie order).
+        role: ``"mixed"``, ``"prefill"`` or ``"decode"``.
+        config: the :class:`~kvlab.sim.cluster.config.ClusterConfig`.
+        kv_events: the pool publishes KV events (only an index needs them).
+
+    Example:
+        >>> w = Worker(0, "mixed", ClusterConfig(capacity_blocks=64))
+        >>> w.name, w.free_blocks, w.idle
+        ('w0', 64, True)
+    """
+
+    def __init__(self, index: int, role: str, config: ClusterConfig, *, kv_events: bool = True) -> None:
+        self.index, self.role, self.config = index, role, config
+        self.name = f"w{index}"
+        self.block_size = config.block_size
+        pool = BlockPool(config.capacity_blocks + 1, block_size=config.block_size,
+                         enable_caching=config.enable_prefix_caching, enable_kv_cache_events=kv_events)
+        self.manager = KVCacheManager(pool, block_size=config.block_size,
+                                      enable_caching=config.enable_prefix_caching)
+        self.pool = pool
+        self.store = (TieredStore([TierSpec(t.name, t.capacity_blocks, t.policy) for t in config.tiers],
+                                  write_policy=config.tier_write_policy, block_size=config.block_size)
+                      if config.tiers else None)
+        self.h2d = Link(f"{self.name}.h2d", config.link_sharing)
+        self.d2h = Link(f"{self.name}.d2h", config.link_sharing)
+        self.nic = Link(f"{self.name}.nic", config.link_sharing)
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.num_fetching = 0
+        self.num_ready_fetched = 0  # READY after a fetch, still holding its reserved blocks (the gate)
+        self.busy = False  # a step in flight
+        self.wake_pending = False  # a step-start event is queued (C3)
+        self.step_seq = 0
+        self.kv_event_seq = 0
+        self.busy_s = self.prefill_gpu_s = self.decode_gpu_s = 0.0
+        self.preemptions = 0
+
+    @property
+    def idle(self) -> bool:
+        """No step in flight."""
+        return not self.busy
+
+    @property
+    def free_blocks(self) -> int:
+        """Blocks the pool can hand out now (free queue, cached ones included)."""
+        return self.pool.get_num_free_blocks()
+
+    @property
+    def used_blocks(self) -> int:
+        """Blocks held by requests (``capacity − free``)."""
+        return self.config.capacity_blocks - self.free_blocks
+
+    def has_work(self) -> bool:
+        """Whether a step could run now (C3): running or waiting requests that are not loading."""
+        return bool(self.running) or any(r.state != "FETCH_KVC" for r in self.waiting)
+
+    # ------------------------------------------------------------------ scheduling
+    def schedule(self, now: float, fetches: list[tuple[SimRequest, float]]) -> Plan:
+        """vLLM v1's step (module docstring); tier loads started go to ``fetches`` as
+        ``(request, service seconds)``."""
+        cfg = self.config
+        plan = Plan()
+        budget = cfg.max_num_batched_tokens
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = self._chunk(req.engine, budget)
+            scheduled = True
+            while not self._allocate(req, n):
+                victim = running.pop()
+                self._preempt(victim)
+                plan.preempted.append(victim)
+                if victim is req:
+                    scheduled = False
+                    break
+            if not scheduled:
+                break
+            self._add(plan, req, n)
+            budget -= n
+            i += 1
+        if plan.preempted:
+            for victim in plan.preempted:  # each prepended: the last preempted ends first
+                self.waiting.appendleft(victim)
+            return plan
+        if self.waiting:
+            self._schedule_waiting(now, plan, budget, fetches)
+        return plan
+
+    def _schedule_waiting(self, now: float, plan: Plan, budget: int, fetches: list) -> None:
+        cfg = self.config
+        keep: deque[SimRequest] = deque()
+        waiting = self.waiting
+        while waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            req = waiting.popleft()
+            if req.state == "FETCH_KVC":
+                keep.append(req)
+                continue
+            er = req.engine
+            if req.state != "READY":
+                blocks, hit = self.manager.get_computed_blocks(er)
+                external = max(req.kv_ready_tokens - hit, 0)
+                if external:  # a handoff or cache transfer delivered this KV: load it, no compute
+                    if self.manager.allocate_slots(er, external, hit, blocks) is None:
+                        keep.append(req)
+                        break
+                    self._admitted(req, now, hit)
+                    if not req.handoff:
+                        req.remote_hit_tokens = external
+                    req.state = "READY"
+                else:
+                    need = self._tier_load(req, hit)
+                    if need:
+                        gate = self.num_fetching + self.num_ready_fetched < cfg.max_kvc_ready_requests
+                        if not gate or self.manager.allocate_slots(er, need, hit, blocks) is None:
+                            keep.append(req)  # Opal O22: skip, try the next waiting request
+                            continue
+                        self._admitted(req, now, hit)
+                        req.state = "FETCH_KVC"
+                        self.num_fetching += 1
+                        fetches.append((req, self._fetch_service_s(req, hit, need)))
+                        keep.append(req)
+                        continue
+                    n = self._chunk(er, budget, computed=hit)
+                    if self.manager.allocate_slots(er, n, hit, blocks) is None:
+                        keep.append(req)
+                        break
+                    self._admitted(req, now, hit)
+                    self._start(req, plan, n)
+                    budget -= n
+                    continue
+            n = self._chunk(er, budget)
+            if not self._allocate(req, n):
+                keep.append(req)
+                break
+            if req.state == "READY" and req.kv_ready_tokens == 0:
+                self.num_ready_fetched -= 1
+            self._start(req, plan, n)
+            budget -= n
+        keep.extend(waiting)
+        self.waiting = keep
+
+    def _chunk(self, er: Request, budget: int, computed: int | None = None) -> int:
+        """Tokens to compute for a request this step: remaining, capped by the threshold and budget."""
+        n = er.num_tokens - (er.num_computed_tokens if computed is None else computed)
+        threshold = self.config.long_prefill_token_threshold
+        if 0 < threshold < n:
+            n = threshold
+        return min(n, budget)
+
+    def _allocate(self, req: SimRequest, n: int) -> bool:
+        """``allocate_slots(request, n)`` for a request holding blocks. A decode token that
+        neither needs a new block nor fills one only advances ``num_computed_tokens`` — what
+        :meth:`KVCacheManager.allocate_slots` does then, without its per-call checks."""
+        er = req.engine
+        c = er.num_computed_tokens
+        bs = self.block_size
+        if n == 1 and c % bs and (c + 1) % bs and c < er.num_tokens:
+            er.num_computed_tokens = c + 1
+            return True
+        return self.manager.allocate_slots(er, n) is not None
+
+    def _add(self, plan: Plan, req: SimRequest, n: int) -> None:
+        er = req.engine
+        context = er.num_computed_tokens - n
+        if req.num_output and n == 1 and er.num_computed_tokens == er.num_tokens:
+            plan.decode.append(req)
+            plan.decode_context_sum += context
+        else:
+            plan.prefill.append((req, n, context))
+            plan.num_prefill_tokens += n
+
+    def _start(self, req: SimRequest, plan: Plan, n: int) -> None:
+        req.state = "RUNNING"
+        self.running.append(req)
+        self._add(plan, req, n)
+
+    def _admitted(self, req: SimRequest, now: float, hit_tokens: int) -> None:
+        """Stats at admission (V11): the first admission's hits are the request's."""
+        if req.first_scheduled_s is None:
+            req.first_scheduled_s = now
+        if not req.admitted:
+            req.admitted = True
+            req.gpu_hit_tokens = hit_tokens
+
+    def _preempt(self, req: SimRequest) -> None:
+        """Recompute preemption (C5, C19): blocks freed (they stay cached), progress reset."""
+        self.manager.preempt(req.engine)
+        req.state = "WAITING"
+        req.preemptions += 1
+        req.tier_hit_blocks = None  # look the tiers up again (Opal's reuse is a quirk)
+        req.kv_ready_tokens = 0
+        self.preemptions += 1
+
+    # ------------------------------------------------------------------ tiers
+    def _tier_load(self, req: SimRequest, hit_tokens: int) -> int:
+        """Tokens to load from the tiers beyond the GPU hit (C7), 0 without tiers."""
+        if self.store is None or not self.config.enable_prefix_caching:
+            return 0
+        er = req.engine
+        if req.tier_hit_blocks is None:  # the tier of each prefix block (Opal O15 walk; cached, O21)
+            req.tier_hit_blocks = list(self.store.lookup(er.block_hashes[: er.num_tokens // self.block_size]).tiers)
+        tier_tokens = min(len(req.tier_hit_blocks) * self.block_size, er.num_tokens)
+        return tokens_to_load(hit_tokens, tier_tokens, er.num_tokens)
+
+    def _fetch_service_s(self, req: SimRequest, hit_tokens: int, need_tokens: int) -> float:
+        """Seconds to load tokens ``[hit, hit + need)``: per tier, its device then the host link (C14)."""
+        bs = self.block_size
+        end = hit_tokens + need_tokens
+        first, last = hit_tokens // bs, -(-end // bs)
+        tokens = [0] * len(self.store.tiers)
+        blocks = [0] * len(self.store.tiers)
+        for p in range(first, last):
+            t = req.tier_hit_blocks[p]
+            blocks[t] += 1
+            tokens[t] += min(bs, end - p * bs)
+        req.tier_hit_tokens = tokens
+        seconds = sum(fetch_time_s(n, self.config.block_bytes, self.config.tiers[t].device, self.config.host_link)
+                      for t, n in enumerate(blocks) if n)
+        self.store.get(req.engine.block_hashes[:last], request_id=req.index)
+        return seconds
+
+    def fetch_done(self, req: SimRequest) -> None:
+        """The load finished (Opal O23): the request is READY, first in the queue."""
+        self.store.release(req.index)
+        self.num_fetching -= 1
+        self.num_ready_fetched += 1
+        self.waiting.remove(req)
+        req.state = "READY"
+        self.waiting.appendleft(req)
+
+    # ------------------------------------------------------------------ step end
+    def append_output(self, req: SimRequest) -> None:
+        """The token just sampled joins the request (its block key when it fills a block)."""
+        er = req.engine
+        full = (er.num_tokens + 1) // self.block_size
+        key = [output_block_key(req.index, full - 1)] if full > len(er.block_hashes) else []
+        er.append_block_keys(1, key)
+
+    def finish(self, req: SimRequest) -> list[int]:
+        """Free a finished request's blocks (they stay cached, V4); its prompt keys to offload."""
+        self.manager.free(req.engine)
+        if req in self.running:
+            self.running.remove(req)
+        if self.store is None:
+            return []
+        keys = req.engine_keys
+        top = self.store.tiers[0]
+        new = [k for k in keys if k not in top]
+        self.store.put(keys)
+        return new
