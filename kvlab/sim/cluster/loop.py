@@ -13,6 +13,7 @@ same order, so the frames are identical on and off.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import heapq
 import math
 import time
@@ -27,7 +28,7 @@ from kvlab.index.ingest import EventIngestor
 from kvlab.index.memory import InMemoryIndex
 from kvlab.sim.cluster.config import ClusterConfig
 from kvlab.sim.cluster.links import Link
-from kvlab.sim.cluster.prompts import PromptSource
+from kvlab.sim.cluster.prompts import PromptSource, output_block_key
 from kvlab.sim.cluster.routers import ClusterView, Decision, LeastLoaded, RequestView, Router, WorkerLoad, get_router
 from kvlab.sim.cluster.state import SimRequest
 from kvlab.sim.cluster.timing import Roofline, StepBatch
@@ -88,7 +89,7 @@ class ClusterLoop:
         self.by_name = {w.name: w for w in self.workers}
         self.view = ClusterView(routable, decoders, self._loads, self.index,
                                 self._request_keys if self.index is not None else None, self._estimate_prefill_s,
-                                np.random.default_rng([config.seed, 1]), config.block_size)
+                                np.random.default_rng(config.seed), config.block_size)
         self.done = self.rejected = 0
         self.wall_s = 0.0
 
@@ -245,9 +246,7 @@ class ClusterLoop:
         events = worker.manager.take_events()
         if not events or self.index is None:
             return
-        size = self.config.block_size
-        events = [BlockStored(e.block_hashes, e.parent_block_hash, self.prompts.event_tokens(e.block_keys_u64()),
-                              size, e.lora_id, e.medium, e.lora_name)
+        events = [dataclasses.replace(e, token_ids=self.prompts.event_tokens(list(e.block_keys_u64())))
                   if isinstance(e, BlockStored) else e for e in events]
         batch = EventBatch(now, events)
         seq = worker.kv_event_seq
@@ -313,6 +312,8 @@ class ClusterLoop:
             else:
                 self._apply(worker, plan, now)
                 worker.busy = False
+                if self.coalesce:
+                    now = self.now = self._decode_window(worker, now)
             plan, end = self._start_step(worker, now)
             if plan is None:
                 return
@@ -320,6 +321,73 @@ class ClusterLoop:
                 self.push(end, STEP_END, worker.index, "step", (worker, plan))
                 return
             now = self.now = end  # C9: end the decode step inline, nothing can see it before
+
+    def _decode_window(self, worker: Worker, now: float) -> float:
+        """C9: run the next decode-only steps at once while nothing can differ from running them
+        one by one — every running request decoding, nothing waiting or loading, no KV events
+        (no index), enough free blocks for every request's next tokens, each step ending before
+        the next event due and before any request's last token. Step times are the time model's
+        ``decode_step_time`` per step, added in order; each request allocates its tokens in one
+        call (the same blocks leave the free queue, so hits and evictions are unchanged; only
+        block ids may differ). Returns the time the window ends (``now`` if no step ran)."""
+        running = worker.running
+        if (worker.role != "mixed" or worker.waiting or worker.num_fetching or self.index is not None
+                or not running or self._decode_time is None):
+            return now
+        bs = self.config.block_size
+        computed = []
+        for r in running:
+            er = r.engine
+            if not r.num_output or er.num_computed_tokens != er.num_tokens - 1:
+                return now
+            computed.append(er.num_computed_tokens)
+        limit = min(r.output_tokens - r.num_output for r in running) - 1
+        if limit < 1:
+            return now
+        due = self._next_due(worker)
+        num = len(running)
+        context = sum(computed)
+        free = worker.free_blocks
+        sample = self.config.step_sample
+        taken = 0
+        ends: list[float] = []
+        t = now
+        while len(ends) < limit:
+            k = len(ends)
+            need = sum(1 for c in computed if (c + k) % bs == 0)
+            if taken + need > free:
+                break
+            step = self._decode_time(num, context + k * num)
+            end = t + step.step_s
+            if end >= due:
+                break
+            taken += need
+            worker.step_seq += 1
+            worker.busy_s += step.step_s
+            worker.prefill_gpu_s += step.prefill_s
+            worker.decode_gpu_s += step.step_s - step.prefill_s
+            if worker.step_seq % sample == 0:
+                self.step_rows.append((worker.index, t, step.step_s, step.prefill_s, 0, 0, num, num, 0, 0,
+                                       free - taken, 0))
+            ends.append(end)
+            t = end
+        if not ends:
+            return now
+        alpha2 = self.config.output_token_overhead_s
+        k = len(ends)
+        for r in running:
+            er = r.engine
+            full = (er.num_tokens + k) // bs
+            er.append_block_keys(k, [output_block_key(r.index, b) for b in range(len(er.block_hashes), full)])
+            worker.manager.allocate_slots(er, k)
+            last = r.last_token_s
+            for end in ends:
+                token_s = end + alpha2
+                r.tbt.append(token_s - last)
+                last = token_s
+            r.last_token_s = last
+            r.num_output += k
+        return t
 
     def _next_due(self, worker: Worker) -> float:
         """The earliest event that could change or observe ``worker``: the next arrival, the next

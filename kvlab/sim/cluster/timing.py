@@ -26,6 +26,7 @@ seconds only with a calibrated profile table).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -178,10 +179,16 @@ class _Hardware:
         """``Σ m.prefill_flops(n_i, c_i)``."""
         return float(sum(self.model.prefill_flops(int(n), int(c)) for n, c in zip(new_tokens, context_tokens)))
 
+    @cached_property
+    def _decode_flop_terms(self) -> tuple[float, float]:
+        """``m.prefill_flops(1, k) = a + b·k``: ``(a, b)``."""
+        base = self.model.prefill_flops(1, 0)
+        return base, self.model.prefill_flops(1, 1) - base
+
     def _decode_flops(self, num_decode: int, context_tokens: int) -> float:
         """``Σ_j m.prefill_flops(1, k_j)`` from ``num_decode`` and ``Σ k_j`` (linear in ``k``)."""
-        base = self.model.prefill_flops(1, 0)
-        return num_decode * base + (self.model.prefill_flops(1, 1) - base) * context_tokens
+        base, per_token = self._decode_flop_terms
+        return num_decode * base + per_token * context_tokens
 
     def _decode_bytes(self, batch: StepBatch) -> float:
         """``KV_dc = Σ_j (k_j + 1) × kv_bytes_per_token``."""
@@ -253,15 +260,19 @@ class Roofline(_Hardware):
         share = prefill + self.t_req_s * batch.num_prefill + _fixed_share(fixed, batch)
         return StepTime(step, min(share, step))
 
+    @cached_property
+    def _decode_constants(self) -> tuple[float, ...]:
+        base, per_token = self._decode_flop_terms
+        return (base, per_token, self.peak_flops * self.mfu_dc, self.weight_bytes, float(self.model.kv_bytes_per_token),
+                self.hbm_bytes_per_s * self.eta, self.t_step_s + self.t_layer_s * self.model.layers, self.t_req_s)
+
     def decode_step_time(self, num_decode: int, context_tokens: int) -> StepTime:
         """:meth:`step_time` of a decode-only batch from its size and ``Σ k_j`` (closed form, C9)."""
         if num_decode == 0:
             return StepTime(0.0, 0.0)
-        h = self.hbm_bytes_per_s * self.eta
-        kv = (context_tokens + num_decode) * self.model.kv_bytes_per_token
-        decode = max(self._decode_flops(num_decode, context_tokens) / (self.peak_flops * self.mfu_dc),
-                     (self.weight_bytes + kv) / h)
-        return StepTime(decode + self.t_step_s + self.t_layer_s * self.model.layers + self.t_req_s * num_decode, 0.0)
+        base, per_token, g, w, kvb, h, fixed, t_req = self._decode_constants
+        decode = max((num_decode * base + per_token * context_tokens) / g, (w + (context_tokens + num_decode) * kvb) / h)
+        return StepTime(decode + fixed + t_req * num_decode, 0.0)
 
 
 @dataclass(frozen=True, eq=False)
