@@ -271,7 +271,8 @@ class Roofline(_Hardware):
         if num_decode == 0:
             return StepTime(0.0, 0.0)
         base, per_token, g, w, kvb, h, fixed, t_req = self._decode_constants
-        decode = max((num_decode * base + per_token * context_tokens) / g, (w + (context_tokens + num_decode) * kvb) / h)
+        decode = max((num_decode * base + per_token * context_tokens) / g,
+                     (w + (context_tokens + num_decode) * kvb) / h)
         return StepTime(decode + fixed + t_req * num_decode, 0.0)
 
 
