@@ -335,18 +335,19 @@ class ClusterLoop:
                 or not running or self._decode_time is None):
             return now
         bs = self.config.block_size
-        computed = []
+        starts = [0] * bs  # starts[j]: requests taking a new block at steps k ≡ j (mod block_size)
+        context = 0
         for r in running:
             er = r.engine
             if not r.num_output or er.num_computed_tokens != er.num_tokens - 1:
                 return now
-            computed.append(er.num_computed_tokens)
+            context += er.num_computed_tokens
+            starts[-er.num_computed_tokens % bs] += 1
         limit = min(r.output_tokens - r.num_output for r in running) - 1
         if limit < 1:
             return now
         due = self._next_due(worker)
         num = len(running)
-        context = sum(computed)
         free = worker.free_blocks
         sample = self.config.step_sample
         taken = 0
@@ -354,7 +355,7 @@ class ClusterLoop:
         t = now
         while len(ends) < limit:
             k = len(ends)
-            need = sum(1 for c in computed if (c + k) % bs == 0)
+            need = starts[k % bs]
             if taken + need > free:
                 break
             step = self._decode_time(num, context + k * num)

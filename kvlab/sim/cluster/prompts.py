@@ -80,8 +80,14 @@ def output_block_key(request_index: int, block_index: int) -> int:
     >>> output_block_key(0, 3) != output_block_key(1, 3)
     True
     """
-    x = np.array([request_index], dtype=np.uint64) * _M1 ^ np.uint64(block_index) ^ _OUTPUT_SALT
-    return int(splitmix64(splitmix64(x))[0]) or 1
+    mask = (1 << 64) - 1
+    x = ((request_index * int(_M1)) & mask) ^ block_index ^ int(_OUTPUT_SALT)
+    for _ in range(2):  # splitmix64 twice, on Python ints (a scalar: faster than numpy)
+        z = (x + int(_GOLDEN)) & mask
+        z = ((z ^ (z >> 30)) * int(_M1)) & mask
+        z = ((z ^ (z >> 27)) * int(_M2)) & mask
+        x = z ^ (z >> 31)
+    return x or 1
 
 
 def block_tokens(key: int, block_size: int) -> np.ndarray:
