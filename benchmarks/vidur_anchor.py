@@ -80,6 +80,9 @@ def synth_attention_rows() -> list[dict]:
     kv_bytes_per_token = 2 * _KV_HEADS * _HEAD_DIM * 2
     base = {"n_embd": _EMBD, "n_q_head": _Q_HEADS, "n_kv_head": _KV_HEADS, "block_size": 16,
             "num_tensor_parallel_workers": 1, "max_model_len": 16384}
+    def save_ms(tokens: int) -> float:
+        return 0.019 + tokens * kv_bytes_per_token / (_A100_HBM * 0.5) * 1e3
+
     rows = []
     kvs = list(range(0, 8193, 128))
     for c in sorted({*range(32, 4097, 32)}):
@@ -90,14 +93,14 @@ def synth_attention_rows() -> list[dict]:
             rows.append({**base, "batch_size": 1, "prefill_chunk_size": c, "kv_cache_size": k, "is_prefill": True,
                          "time_stats.attn_prefill.median": 0.010 + flops / (_A100_FLOPS * 0.45) * 1e3,
                          "time_stats.attn_decode.median": 0.0,
-                         "time_stats.attn_kv_cache_save.median": 0.019 + c * kv_bytes_per_token / (_A100_HBM * 0.5) * 1e3})
+                         "time_stats.attn_kv_cache_save.median": save_ms(c)})
     for b in [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 96, 112, 128]:
         for k in kvs[1:]:
             nbytes = float(b) * k * kv_bytes_per_token
             rows.append({**base, "batch_size": b, "prefill_chunk_size": 0, "kv_cache_size": k, "is_prefill": False,
                          "time_stats.attn_prefill.median": 0.0,
                          "time_stats.attn_decode.median": 0.010 + nbytes / (_A100_HBM * 0.7) * 1e3,
-                         "time_stats.attn_kv_cache_save.median": 0.019 + b * kv_bytes_per_token / (_A100_HBM * 0.5) * 1e3})
+                         "time_stats.attn_kv_cache_save.median": save_ms(b)})
     return rows
 
 
