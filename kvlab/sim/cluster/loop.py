@@ -31,7 +31,7 @@ from kvlab.sim.cluster.links import Link
 from kvlab.sim.cluster.prompts import PromptSource, output_block_key
 from kvlab.sim.cluster.routers import ClusterView, Decision, LeastLoaded, RequestView, Router, WorkerLoad, get_router
 from kvlab.sim.cluster.state import SimRequest
-from kvlab.sim.cluster.timing import Roofline, StepBatch
+from kvlab.sim.cluster.timing import Roofline, StepBatch, StepTime
 from kvlab.sim.cluster.worker import Plan, Worker
 from kvlab.tiers.cost import offload_time_s
 
@@ -55,7 +55,7 @@ class ClusterLoop:
         self.prompts = prompts
         self.progress = progress
         self.time_model = config.time_model or Roofline(model=config.model_spec, gpu=config.gpu, tp=config.tp)
-        self._decode_time = getattr(self.time_model, "decode_step_time", None)
+        self._decode_times = getattr(self.time_model, "decode_step_times", None)
         router = config.router if config.router is not None else LeastLoaded()
         self.router: Router = copy.deepcopy(get_router(router) if isinstance(router, str) else router)
         if not isinstance(self.router, Router):
@@ -68,6 +68,7 @@ class ClusterLoop:
         self.now = 0.0
         self.events = 0
         self.step_rows: list[tuple] = []
+        self.step_chunks: list[tuple] = []  # decode windows: (worker, size, steps, starts, dts, free blocks)
         self.transfer_rows: list[tuple] = []
         self.link_due: dict[str, tuple[float, int]] = {}
         self.pending_enqueues: deque[float] = deque()  # times of queued α0-delayed enqueues
@@ -208,7 +209,7 @@ class ClusterLoop:
         queued = sum(r.engine.num_tokens - r.engine.num_computed_tokens for r in w.waiting)
         return WorkerLoad(self.now, waiting=len(w.waiting) - w.num_fetching, running=len(w.running),
                           fetching=w.num_fetching, free_blocks=w.free_blocks, used_blocks=w.used_blocks,
-                          cached_blocks=len(w.pool.cached_block_hash_to_block), queued_prefill_tokens=queued)
+                          cached_blocks=w.cached_blocks, queued_prefill_tokens=queued)
 
     def _loads(self) -> dict[str, WorkerLoad]:
         if self.snapshot is not None:
@@ -235,10 +236,7 @@ class ClusterLoop:
         """What the index credited the chosen worker, what it really held, the best worker's hold."""
         credited = self.view.prefix_blocks(request, chosen.name)
         keys = request.engine_keys
-        true = {}
-        for w in self.workers:
-            cached = w.pool.cached_block_hash_to_block
-            true[w.name] = next((i for i, k in enumerate(keys) if not cached.get(k)), len(keys))
+        true = {w.name: w.cached_prefix_blocks(keys) for w in self.workers}
         return credited, true[chosen.name], max(true.values())
 
     # ------------------------------------------------------------------ KV events
@@ -327,15 +325,16 @@ class ClusterLoop:
         one by one — every running request decoding, nothing waiting or loading, no KV events
         (no index), enough free blocks for every request's next tokens, each step ending before
         the next event due and before any request's last token. Step times are the time model's
-        ``decode_step_time`` per step, added in order; each request allocates its tokens in one
-        call (the same blocks leave the free queue, so hits and evictions are unchanged; only
-        block ids may differ). Returns the time the window ends (``now`` if no step ran)."""
+        ``decode_step_times`` (the function the one-by-one path calls), times accumulated in order
+        (``np.cumsum`` adds sequentially); each request allocates its tokens in one call (the same
+        blocks leave the free queue, so hits and evictions are unchanged; only block ids may
+        differ). Returns the time the window ends (``now`` if no step ran)."""
         running = worker.running
         if (worker.role != "mixed" or worker.waiting or worker.num_fetching or self.index is not None
-                or not running or self._decode_time is None):
+                or not running or self._decode_times is None):
             return now
         bs = self.config.block_size
-        starts = [0] * bs  # starts[j]: requests taking a new block at steps k ≡ j (mod block_size)
+        starts = np.zeros(bs, dtype=np.int64)  # starts[j]: requests taking a new block at steps k ≡ j (mod bs)
         context = 0
         for r in running:
             er = r.engine
@@ -346,49 +345,36 @@ class ClusterLoop:
         limit = min(r.output_tokens - r.num_output for r in running) - 1
         if limit < 1:
             return now
-        due = self._next_due(worker)
         num = len(running)
+        steps = np.arange(limit, dtype=np.int64)
+        dts = self._decode_times(num, context + steps * num)
+        ends = np.cumsum(np.concatenate(([now], dts)))[1:]
+        taken = np.cumsum(starts[steps % bs])
         free = worker.free_blocks
-        sample = self.config.step_sample
-        taken = 0
-        ends: list[float] = []
-        t = now
-        while len(ends) < limit:
-            k = len(ends)
-            need = starts[k % bs]
-            if taken + need > free:
-                break
-            step = self._decode_time(num, context + k * num)
-            end = t + step.step_s
-            if end >= due:
-                break
-            taken += need
-            worker.step_seq += 1
-            worker.busy_s += step.step_s
-            worker.prefill_gpu_s += step.prefill_s
-            worker.decode_gpu_s += step.step_s - step.prefill_s
-            if worker.step_seq % sample == 0:
-                self.step_rows.append((worker.index, t, step.step_s, step.prefill_s, 0, 0, num, num, 0, 0,
-                                       free - taken, 0))
-            ends.append(end)
-            t = end
-        if not ends:
+        ok = (ends < self._next_due(worker)) & (taken <= free)
+        k = limit if ok.all() else int(np.argmin(ok))
+        if k == 0:
             return now
-        alpha2 = self.config.output_token_overhead_s
-        k = len(ends)
+        dts, ends = dts[:k], ends[:k]
+        seq0 = worker.step_seq
+        worker.step_seq += k
+        worker.busy_s = float(np.cumsum(np.concatenate(([worker.busy_s], dts)))[-1])
+        worker.decode_gpu_s = float(np.cumsum(np.concatenate(([worker.decode_gpu_s], dts)))[-1])
+        keep = (seq0 + 1 + np.arange(k)) % self.config.step_sample == 0
+        if keep.any():
+            t_start = np.concatenate(([now], ends[:-1]))
+            self.step_chunks.append((worker.index, num, (seq0 + 1 + np.arange(k))[keep], t_start[keep], dts[keep],
+                                     free - taken[:k][keep]))
+        token_s = ends + self.config.output_token_overhead_s
         for r in running:
             er = r.engine
             full = (er.num_tokens + k) // bs
             er.append_block_keys(k, [output_block_key(r.index, b) for b in range(len(er.block_hashes), full)])
             worker.manager.allocate_slots(er, k)
-            last = r.last_token_s
-            for end in ends:
-                token_s = end + alpha2
-                r.tbt.append(token_s - last)
-                last = token_s
-            r.last_token_s = last
+            r.tbt.extend(np.diff(np.concatenate(([r.last_token_s], token_s))).tolist())
+            r.last_token_s = float(token_s[-1])
             r.num_output += k
-        return t
+        return float(ends[-1])
 
     def _next_due(self, worker: Worker) -> float:
         """The earliest event that could change or observe ``worker``: the next arrival, the next
@@ -416,19 +402,20 @@ class ClusterLoop:
             self._submit(worker, worker.h2d, now, service, ("fetch", req, now, size, "tiers"))
         if plan.empty:
             return None, now
-        if plan.prefill or self._decode_time is None:
+        if plan.prefill or self._decode_times is None:
             batch = StepBatch(prefill=[(n, c) for _, n, c in plan.prefill],
                               decode=[r.engine.num_computed_tokens - 1 for r in plan.decode])
             step = self.time_model.step_time(batch)
         else:
-            step = self._decode_time(len(plan.decode), plan.decode_context_sum)
+            dt = float(self._decode_times(len(plan.decode), np.array([plan.decode_context_sum]))[0])
+            step = StepTime(dt, 0.0)
         worker.busy = True
         worker.step_seq += 1
         worker.busy_s += step.step_s
         worker.prefill_gpu_s += step.prefill_s
         worker.decode_gpu_s += step.step_s - step.prefill_s
         if worker.step_seq % self.config.step_sample == 0:
-            self.step_rows.append((worker.index, now, step.step_s, step.prefill_s, len(plan.prefill),
+            self.step_rows.append((worker.index, worker.step_seq, now, step.step_s, step.prefill_s, len(plan.prefill),
                                    plan.num_prefill_tokens, len(plan.decode), len(worker.running),
                                    len(worker.waiting) - worker.num_fetching, worker.num_fetching,
                                    worker.free_blocks, len(plan.preempted)))

@@ -19,7 +19,7 @@ from kvlab.sim.cluster.config import ClusterConfig
 #: Points per worker and metric kept in the timeline (evenly spaced steps; ``steps`` has all).
 TIMELINE_POINTS = 2_000
 
-STEP_COLUMNS = ("worker", "t_start_s", "dt_s", "dt_prefill_s", "num_prefill_requests", "num_prefill_tokens",
+STEP_COLUMNS = ("worker", "step", "t_start_s", "dt_s", "dt_prefill_s", "num_prefill_requests", "num_prefill_tokens",
                 "num_decode", "num_running", "num_waiting", "num_fetching", "free_blocks", "num_preempted")
 TRANSFER_SCHEMA = {"kind": pl.String, "worker": pl.String, "src": pl.String, "dst": pl.String,
                    "request_id": pl.Int64, "bytes": pl.Int64, "start_s": pl.Float64, "end_s": pl.Float64}
@@ -30,7 +30,8 @@ class ClusterResult(RunResult):
     """A :class:`~kvlab.core.RunResult` with the simulation's two extra frames.
 
     Attributes:
-        steps: one row per engine step (every ``config.step_sample``-th): ``worker``, ``t_start_s``,
+        steps: one row per engine step (every ``config.step_sample``-th), by start time, worker and
+            step: ``worker``, ``step`` (the worker's step number, from 1), ``t_start_s``,
             ``dt_s``, ``dt_prefill_s``, ``num_prefill_requests``, ``num_prefill_tokens``,
             ``num_decode``, ``num_running``, ``num_waiting``, ``num_fetching``, ``free_blocks``,
             ``num_preempted``, ``kv_util`` (share of the worker's blocks in use).
@@ -159,9 +160,18 @@ def requests_frame(loop: object) -> pl.DataFrame:
 def steps_frame(loop: object) -> pl.DataFrame:
     """The sampled steps, in (start time, worker) order."""
     names = [w.name for w in loop.workers]
-    rows = sorted(loop.step_rows, key=lambda row: (row[1], row[0]))
-    frame = pl.DataFrame(rows, schema=dict.fromkeys(STEP_COLUMNS, pl.Int64) | {
-        "t_start_s": pl.Float64, "dt_s": pl.Float64, "dt_prefill_s": pl.Float64}, orient="row")
+    schema = dict.fromkeys(STEP_COLUMNS, pl.Int64) | {"t_start_s": pl.Float64, "dt_s": pl.Float64,
+                                                      "dt_prefill_s": pl.Float64}
+    frames = [pl.DataFrame(loop.step_rows, schema=schema, orient="row")]
+    for worker, num, step, t_start, dts, free in loop.step_chunks:  # decode windows (C9): decode-only steps
+        n = len(t_start)
+        zeros = np.zeros(n, dtype=np.int64)
+        frames.append(pl.DataFrame({
+            "worker": np.full(n, worker), "step": step, "t_start_s": t_start, "dt_s": dts, "dt_prefill_s": np.zeros(n),
+            "num_prefill_requests": zeros, "num_prefill_tokens": zeros, "num_decode": np.full(n, num),
+            "num_running": np.full(n, num), "num_waiting": zeros, "num_fetching": zeros, "free_blocks": free,
+            "num_preempted": zeros}, schema=schema))
+    frame = pl.concat(frames).sort("t_start_s", "worker", "step")
     capacity = loop.config.capacity_blocks
     return frame.with_columns(pl.col("worker").replace_strict(list(range(len(names))), names, return_dtype=pl.String),
                               kv_util=1.0 - pl.col("free_blocks") / capacity)

@@ -120,9 +120,8 @@ class ProfileTable:
             decode = self.decode_time_s(total, total / batch.num_decode)
         return StepTime(prefill + decode, prefill)
 
-    def decode_step_time(self, num_decode: int, context_tokens: int) -> StepTime:
-        """:meth:`step_time` of a decode-only batch from its size and ``Σ k_j`` (C9)."""
-        if num_decode == 0:
-            return StepTime(0.0, 0.0)
-        step = self.decode_time_s(float(context_tokens), float(context_tokens) / num_decode)
-        return StepTime(step, 0.0)
+    def decode_step_times(self, num_decode: int, context_tokens: np.ndarray) -> np.ndarray:
+        """Seconds of decode-only steps of ``num_decode`` requests whose contexts sum to each of
+        ``context_tokens`` (C9)."""
+        return np.array([self.decode_time_s(float(c), float(c) / num_decode) for c in np.asarray(context_tokens)],
+                        dtype=np.float64)

@@ -266,14 +266,13 @@ class Roofline(_Hardware):
         return (base, per_token, self.peak_flops * self.mfu_dc, self.weight_bytes, float(self.model.kv_bytes_per_token),
                 self.hbm_bytes_per_s * self.eta, self.t_step_s + self.t_layer_s * self.model.layers, self.t_req_s)
 
-    def decode_step_time(self, num_decode: int, context_tokens: int) -> StepTime:
-        """:meth:`step_time` of a decode-only batch from its size and ``Σ k_j`` (closed form, C9)."""
-        if num_decode == 0:
-            return StepTime(0.0, 0.0)
+    def decode_step_times(self, num_decode: int, context_tokens: np.ndarray) -> np.ndarray:
+        """Seconds of decode-only steps of ``num_decode`` requests whose contexts sum to each of
+        ``context_tokens`` (int64 array): :meth:`step_time`'s closed form (C9); no prefill share."""
         base, per_token, g, w, kvb, h, fixed, t_req = self._decode_constants
-        decode = max((num_decode * base + per_token * context_tokens) / g,
-                     (w + (context_tokens + num_decode) * kvb) / h)
-        return StepTime(decode + fixed + t_req * num_decode, 0.0)
+        ctx = np.asarray(context_tokens, dtype=np.float64)
+        decode = np.maximum((num_decode * base + per_token * ctx) / g, (w + (ctx + num_decode) * kvb) / h)
+        return decode + fixed + t_req * num_decode
 
 
 @dataclass(frozen=True, eq=False)
@@ -320,12 +319,11 @@ class MooncakePrefill(_Hardware):
             decode = (self.weight_bytes + self._decode_bytes(batch)) / (self.hbm_bytes_per_s * self.eta)
         return StepTime(prefill + decode, prefill)
 
-    def decode_step_time(self, num_decode: int, context_tokens: int) -> StepTime:
-        """:meth:`step_time` of a decode-only batch from its size and ``Σ k_j`` (closed form, C9)."""
-        if num_decode == 0:
-            return StepTime(0.0, 0.0)
-        kv = (context_tokens + num_decode) * self.model.kv_bytes_per_token
-        return StepTime((self.weight_bytes + kv) / (self.hbm_bytes_per_s * self.eta), 0.0)
+    def decode_step_times(self, num_decode: int, context_tokens: np.ndarray) -> np.ndarray:
+        """Seconds of decode-only steps of ``num_decode`` requests whose contexts sum to each of
+        ``context_tokens``: :meth:`step_time`'s closed form (C9)."""
+        kv = (np.asarray(context_tokens, dtype=np.float64) + num_decode) * float(self.model.kv_bytes_per_token)
+        return (self.weight_bytes + kv) / (self.hbm_bytes_per_s * self.eta)
 
 
 @dataclass(frozen=True)
@@ -358,9 +356,9 @@ class Linear:
         step = self.beta0 + prefill + self.beta2 * batch.num_decode
         return StepTime(step, min(prefill + _fixed_share(self.beta0, batch), step))
 
-    def decode_step_time(self, num_decode: int, context_tokens: int) -> StepTime:  # noqa: ARG002
-        """:meth:`step_time` of a decode-only batch of ``num_decode`` requests (C9)."""
-        return StepTime(self.beta0 + self.beta2 * num_decode if num_decode else 0.0, 0.0)
+    def decode_step_times(self, num_decode: int, context_tokens: np.ndarray) -> np.ndarray:
+        """Seconds of decode-only steps of ``num_decode`` requests, one per entry of ``context_tokens`` (C9)."""
+        return np.full(np.shape(context_tokens), self.beta0 + self.beta2 * num_decode, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -376,7 +374,7 @@ class ZeroTime:
         _check_batch(batch)
         return StepTime(0.0, 0.0)
 
-    def decode_step_time(self, num_decode: int, context_tokens: int) -> StepTime:  # noqa: ARG002
-        """``StepTime(0.0, 0.0)`` (C9's closed form of a decode-only step)."""
-        return StepTime(0.0, 0.0)
+    def decode_step_times(self, num_decode: int, context_tokens: np.ndarray) -> np.ndarray:  # noqa: ARG002
+        """Zeros, one per entry of ``context_tokens`` (C9's closed form of decode-only steps)."""
+        return np.zeros(np.shape(context_tokens), dtype=np.float64)
 

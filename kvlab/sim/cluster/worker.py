@@ -98,6 +98,16 @@ class Worker:
         return self.pool.get_num_free_blocks()
 
     @property
+    def cached_blocks(self) -> int:
+        """Blocks holding a cached prefix (a hash in the pool's map)."""
+        return len(self.pool.cached_block_hash_to_block)
+
+    def cached_prefix_blocks(self, engine_keys: list[int]) -> int:
+        """The leading blocks of ``engine_keys`` cached on the worker now (the truth an index is checked against)."""
+        cached = self.pool.cached_block_hash_to_block
+        return next((i for i, k in enumerate(engine_keys) if not cached.get(k)), len(engine_keys))
+
+    @property
     def used_blocks(self) -> int:
         """Blocks held by requests (``capacity − free``)."""
         return self.config.capacity_blocks - self.free_blocks
