@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from kvlab.core.result import to_jsonable
 from kvlab.core.validate import check_choice, check_count, check_flag, check_positive, check_real, check_str
 from kvlab.index.faults import FaultInjector
+from kvlab.sim.cluster.blend import BlendSpec
 from kvlab.sim.cluster.links import LINK_SHARING
 from kvlab.tiers.devices import DEVICES, Device, get_device
 from kvlab.tiers.models import GPU_FLOPS, ModelSpec, get_model
@@ -79,6 +80,8 @@ class ClusterConfig:
         :data:`~kvlab.sim.cluster.routers.ROUTERS`; ``None``: ``least_loaded``),
         snapshot_interval_s (0: routers see live loads), faults (KV events to the index through a
         :class:`~kvlab.index.FaultInjector`; ``None``: delivered at once).
+    CacheBlend: blend (a :class:`~kvlab.sim.cluster.blend.BlendSpec`: non-prefix chunk reuse on every
+        worker; the trace needs ``token_ids``).
     Run: coalesce_decode (C9), slo_ttft_s / slo_tbt_s (``None``: no SLO), seed (C24),
         step_sample (keep every n-th step in the ``steps`` frame; 1 keeps all).
 
@@ -116,6 +119,7 @@ class ClusterConfig:
     router: object = None
     snapshot_interval_s: float = 0.0
     faults: FaultInjector | None = None
+    blend: BlendSpec | None = None
     coalesce_decode: bool = True
     slo_ttft_s: float | None = None
     slo_tbt_s: float | None = None
@@ -162,6 +166,8 @@ class ClusterConfig:
         s(self, "host_link", _device("host_link", self.host_link))
         s(self, "network", _device("network", self.network))
         check_choice("link_sharing", self.link_sharing, LINK_SHARING)
+        if self.blend is not None and not isinstance(self.blend, BlendSpec):
+            raise ValueError(f"blend must be a BlendSpec or None, got {self.blend!r}")
         if self.faults is not None and not isinstance(self.faults, FaultInjector):
             raise ValueError(f"faults must be a FaultInjector or None, got {type(self.faults).__name__}")
         if self.time_model is not None and not callable(getattr(self.time_model, "step_time", None)):

@@ -141,6 +141,8 @@ class ClusterLoop:
         keys = self.prompts.engine_keys(i)
         req.engine_keys = keys
         req.engine = Request.from_block_keys(f"r{i}", max(req.input_tokens, 1), keys)
+        if self.config.blend is not None:
+            req.token_ids = self.prompts.token_ids(i)
         view_req = RequestView(i, req.request_id, req.arrival_s, req.input_tokens, req.output_tokens, keys)
         decision = self.router.select(view_req, self.view, now)
         self._check_decision(decision)
@@ -403,7 +405,7 @@ class ClusterLoop:
         if plan.empty:
             return None, now
         if plan.prefill or self._decode_times is None:
-            batch = StepBatch(prefill=[(n, c) for _, n, c in plan.prefill],
+            batch = StepBatch(prefill=[(e, c) for _, _, c, e in plan.prefill if e],
                               decode=[r.engine.num_computed_tokens - 1 for r in plan.decode])
             step = self.time_model.step_time(batch)
         else:
@@ -424,11 +426,11 @@ class ClusterLoop:
     def _apply(self, worker: Worker, plan: Plan, now: float) -> None:
         """A step ended at ``now``: prefill progress, sampled tokens, finished requests, KV events."""
         alpha2 = self.config.output_token_overhead_s
-        for req, n, _ in plan.prefill:
-            req.computed_prefill_tokens += n
+        for req, _, _, computed in plan.prefill:
+            req.computed_prefill_tokens += computed
             if req.preemptions:
-                req.recomputed_tokens += n
-        for req in [r for r, _, _ in plan.prefill] + plan.decode:
+                req.recomputed_tokens += computed
+        for req in [p[0] for p in plan.prefill] + plan.decode:
             er = req.engine
             if er.num_computed_tokens != er.num_tokens:
                 continue  # a chunk of a longer prefill: no token yet

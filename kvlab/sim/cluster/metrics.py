@@ -118,8 +118,8 @@ def requests_frame(loop: object) -> pl.DataFrame:
         "decode_worker", "predicted_ttft_s", "enqueue_s", "first_scheduled_s", "fetch_s", "transfer_s",
         "first_token_s", "finish_s", "ttft_s", "e2e_s", "queue_s", "tbt_mean_s", "tbt_p99_s", "tbt_max_s",
         "output_tokens", "gpu_hit_tokens", *[f"tier_hit_tokens_{t}" for t in tiers], "remote_hit_tokens",
-        "computed_prefill_tokens", "preemptions", "recomputed_tokens", "slo_ttft_ok", "slo_tbt_ok",
-        "index_prefix_blocks", "true_prefix_blocks", "best_true_prefix_blocks", "wrong")}
+        "computed_prefill_tokens", "blend_tokens", "blend_recomputed_tokens", "preemptions", "recomputed_tokens",
+        "slo_ttft_ok", "slo_tbt_ok", "index_prefix_blocks", "true_prefix_blocks", "best_true_prefix_blocks", "wrong")}
     for r in loop.requests:
         tier_tokens = r.tier_hit_tokens or [0] * len(tiers)
         hit = r.gpu_hit_tokens + sum(tier_tokens) + r.remote_hit_tokens
@@ -141,6 +141,7 @@ def requests_frame(loop: object) -> pl.DataFrame:
             "output_tokens": r.output_tokens, "gpu_hit_tokens": r.gpu_hit_tokens,
             **{f"tier_hit_tokens_{t}": tier_tokens[i] for i, t in enumerate(tiers)},
             "remote_hit_tokens": r.remote_hit_tokens, "computed_prefill_tokens": r.computed_prefill_tokens,
+            "blend_tokens": r.blend_tokens, "blend_recomputed_tokens": r.blend_recomputed_tokens,
             "preemptions": r.preemptions, "recomputed_tokens": r.recomputed_tokens,
             "slo_ttft_ok": done and (cfg.slo_ttft_s is None or ttft <= cfg.slo_ttft_s),
             "slo_tbt_ok": done and (cfg.slo_tbt_s is None or not tbt.size or float(tbt.max()) <= cfg.slo_tbt_s),

@@ -125,11 +125,22 @@ class PromptSource:
         self._keys = trace.frame["block_keys"].to_list()
         self._inputs = trace.frame["input_tokens"].to_list()
         self._request_keys: dict[int, int] = {}
+        self._tokens = trace.frame["token_ids"] if "token_ids" in trace.frame.columns else None
 
     def engine_keys(self, i: int) -> list[int]:
         """The engine keys (ints) of request ``i``'s full prompt blocks."""
         keys = np.asarray(self._keys[i], dtype=np.uint64)
         return engine_block_keys(keys, self._inputs[i], self.trace_block_size, self.block_size).tolist()
+
+    def token_ids(self, i: int) -> np.ndarray:
+        """Request ``i``'s prompt tokens (uint32), from the trace's ``token_ids``.
+
+        Raises:
+            ValueError: the trace has no ``token_ids`` column.
+        """
+        if self._tokens is None:
+            raise ValueError("the trace has no token_ids column; CacheBlend (blend=) matches prompt tokens")
+        return self._tokens[i].to_numpy().astype(np.uint32)
 
     def event_tokens(self, engine_keys: list[int]) -> list[int]:
         """The tokens of the blocks with ``engine_keys`` (what a ``BlockStored`` carries)."""

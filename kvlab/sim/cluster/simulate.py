@@ -79,6 +79,9 @@ def simulate(trace: Trace, config: ClusterConfig | None = None, *, time_scale: f
         raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
     config = config_with(ClusterConfig, config, overrides)
     progress = check_flag("progress", progress)
+    if config.blend is not None and "token_ids" not in trace.frame.columns:
+        raise ValueError(f"blend needs prompt tokens: trace {trace.source!r} has no token_ids column "
+                         f"(kvlab.traces.rag makes one)")
     if "output_tokens" not in trace.frame.columns:
         raise ValueError(f"trace {trace.source!r} has no output_tokens column; a timed simulation needs them")
     frame = trace.frame

@@ -27,7 +27,7 @@ class SimRequest:
                  "tbt_sum_s", "tbt_max_s", "tbt", "num_output", "gpu_hit_tokens", "tier_hit_blocks",
                  "tier_hit_tokens", "remote_hit_tokens", "computed_prefill_tokens", "preemptions",
                  "recomputed_tokens", "kv_ready_tokens", "index_columns", "engine_keys", "handoff",
-                 "handoff_request", "admitted")
+                 "handoff_request", "admitted", "token_ids", "blend", "blend_tokens", "blend_recomputed_tokens")
 
     def __init__(self, index: int, request_id: int, arrival_s: float, input_tokens: int, output_tokens: int) -> None:
         self.index = index
@@ -66,6 +66,10 @@ class SimRequest:
         self.handoff = False
         self.handoff_request: Request | None = None  # the prefill worker's copy until the handoff is done
         self.admitted = False
+        self.token_ids = None  # the prompt's tokens (np.uint32), kept only for CacheBlend
+        self.blend = None  # its PrefillSavings on this worker (CacheBlend)
+        self.blend_tokens = 0
+        self.blend_recomputed_tokens = 0
 
     @property
     def ttft_s(self) -> float | None:

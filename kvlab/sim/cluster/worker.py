@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from kvlab.engines.vllm.block_pool import BlockPool
 from kvlab.engines.vllm.kv_cache_manager import KVCacheManager
 from kvlab.engines.vllm.request import Request
+from kvlab.sim.cluster.blend import WorkerBlend, computed_in_chunk
 from kvlab.sim.cluster.config import ClusterConfig
 from kvlab.sim.cluster.links import Link
 from kvlab.sim.cluster.prompts import output_block_key
@@ -31,10 +32,11 @@ from kvlab.tiers.types import TierSpec
 
 @dataclass
 class Plan:
-    """One scheduled step: ``prefill`` chunks ``(request, new tokens, context tokens)``, ``decode``
+    """One scheduled step: ``prefill`` chunks ``(request, new tokens, context tokens, computed tokens)``
+    (computed < new when CacheBlend reuses some of the chunk's KV), ``decode``
     requests, the requests it ``preempted`` and whether any waiting request was admitted."""
 
-    prefill: list[tuple[SimRequest, int, int]] = field(default_factory=list)
+    prefill: list[tuple[SimRequest, int, int, int]] = field(default_factory=list)
     decode: list[SimRequest] = field(default_factory=list)
     preempted: list[SimRequest] = field(default_factory=list)
     num_prefill_tokens: int = 0
@@ -73,6 +75,7 @@ class Worker:
         self.store = (TieredStore([TierSpec(t.name, t.capacity_blocks, t.policy) for t in config.tiers],
                                   write_policy=config.tier_write_policy, block_size=config.block_size)
                       if config.tiers else None)
+        self.blend = WorkerBlend(config.blend) if config.blend is not None else None
         self.h2d = Link(f"{self.name}.h2d", config.link_sharing)
         self.d2h = Link(f"{self.name}.d2h", config.link_sharing)
         self.nic = Link(f"{self.name}.nic", config.link_sharing)
@@ -177,7 +180,7 @@ class Worker:
                         if not gate or self.manager.allocate_slots(er, need, hit, blocks) is None:
                             keep.append(req)  # Opal O22: skip, try the next waiting request
                             continue
-                        self._admitted(req, now, hit)
+                        self._admitted(req, now, hit, hit + need)
                         req.state = "FETCH_KVC"
                         self.num_fetching += 1
                         fetches.append((req, self._fetch_service_s(req, hit, need)))
@@ -229,7 +232,9 @@ class Worker:
             plan.decode.append(req)
             plan.decode_context_sum += context
         else:
-            plan.prefill.append((req, n, context))
+            computed = (n if req.blend is None
+                        else computed_in_chunk(req.blend, context, n, self.blend.spec.recompute_ratio))
+            plan.prefill.append((req, n, context, computed))
             plan.num_prefill_tokens += n
 
     def _start(self, req: SimRequest, plan: Plan, n: int) -> None:
@@ -237,13 +242,18 @@ class Worker:
         self.running.append(req)
         self._add(plan, req, n)
 
-    def _admitted(self, req: SimRequest, now: float, hit_tokens: int) -> None:
-        """Stats at admission (V11): the first admission's hits are the request's."""
+    def _admitted(self, req: SimRequest, now: float, hit_tokens: int, prefix_tokens: int | None = None) -> None:
+        """Stats at admission (V11): the first admission's hits are the request's. With CacheBlend,
+        the prompt past ``prefix_tokens`` (GPU and tier hits) is split into blended and fresh tokens."""
         if req.first_scheduled_s is None:
             req.first_scheduled_s = now
         if not req.admitted:
             req.admitted = True
             req.gpu_hit_tokens = hit_tokens
+        if self.blend is not None and req.token_ids is not None and not req.handoff:
+            req.blend = self.blend.split(req.token_ids, hit_tokens if prefix_tokens is None else prefix_tokens)
+            req.blend_tokens = req.blend.blended_tokens
+            req.blend_recomputed_tokens = req.blend.recomputed_blend_tokens
 
     def _preempt(self, req: SimRequest) -> None:
         """Recompute preemption (C5, C19): blocks freed (they stay cached), progress reset."""
@@ -251,6 +261,7 @@ class Worker:
         req.state = "WAITING"
         req.preemptions += 1
         req.tier_hit_blocks = None  # look the tiers up again (Opal's reuse is a quirk)
+        req.blend = None  # split again at re-admission
         req.kv_ready_tokens = 0
         self.preemptions += 1
 
@@ -304,6 +315,8 @@ class Worker:
         self.manager.free(req.engine)
         if req in self.running:
             self.running.remove(req)
+        if self.blend is not None and req.token_ids is not None:
+            self.blend.store(req.token_ids, req.index)
         if self.store is None:
             return []
         keys = req.engine_keys
