@@ -223,16 +223,19 @@ def test_tier_loads_filling_the_pool_do_not_deadlock():
 
 @settings(max_examples=15, deadline=None)
 @given(gate=st.integers(1, 3), seed=st.integers(0, 2**16),
-       prompts=st.lists(st.tuples(st.integers(0, 5), st.integers(17, 128), st.integers(1, 4)), min_size=4,
-                        max_size=14))
+       prompts=st.lists(st.tuples(st.integers(0, 11), st.integers(65, 128), st.integers(1, 4)), min_size=3,
+                        max_size=8))
 def test_fetch_gate_is_never_exceeded(gate, seed, prompts):
-    """Random traces of repeated prompts over a small GPU and a CPU tier: at most ``gate``
-    requests are in FETCH_KVC or READY at any instant (C8); every request finishes (C4)."""
-    gaps = np.random.default_rng(seed).exponential(0.02, len(prompts))
-    rows = [(float(t), n, out, p) for t, (p, n, out) in zip(np.cumsum(gaps), prompts)]
-    trace = cluster_trace(rows)
-    # 2 running × 9 blocks + 3 loads × 8 blocks < 48: allocation never fails, the gate binds
-    result = simulate(trace, capacity_blocks=48, max_num_seqs=2, tiers=(ClusterTier("CPU", 1000),),
+    """Random prompts, a flush evicting them from a small GPU, then the prompts again in a burst
+    (tier hits): at most ``gate`` requests in FETCH_KVC or READY at any instant (C8); all finish (C4)."""
+    rng = np.random.default_rng(seed)
+    first = [(float(t), n, out, p) for t, (p, n, out) in zip(np.cumsum(rng.exponential(0.05, len(prompts))), prompts)]
+    flush = [(1.0 + 0.1 * i, 128, 1, 100 + i) for i in range(3)]
+    again = [(2.0 + float(t), n, out, p)
+             for t, (p, n, out) in zip(np.cumsum(rng.exponential(0.002, len(prompts))), prompts)]
+    rows = first + flush + again
+    # 1 running × 9 blocks + 3 loads × 8 blocks < 36: allocation never fails, the gate binds
+    result = simulate(cluster_trace(rows), capacity_blocks=36, max_num_seqs=1, tiers=(ClusterTier("CPU", 1000),),
                       max_kvc_ready_requests=gate)
     assert result.summary.completed_requests == len(rows)
     assert result.steps["num_fetching"].max() <= gate
