@@ -121,9 +121,7 @@ def test_bad_link_arguments_name_the_field():
         link.submit(1.0, 1.0, "late")
 
 
-@pytest.mark.parametrize("sharing", ["fifo", pytest.param("ps", marks=pytest.mark.xfail(
-    strict=True, reason="BUG links.py Link.submit under 'ps' calls self._progress(now, []) and drops the "
-    "transfers that complete by `now` (advance never returns them)"))])
+@pytest.mark.parametrize("sharing", ["fifo", "ps"])
 def test_a_submission_does_not_swallow_completed_transfers(sharing):
     link = Link("x", sharing)
     link.submit(0.0, 1.0, "a")
@@ -140,9 +138,6 @@ class CopyToW1(Router):
         return Decision("w1", transfer_from="w0", transfer_blocks=4)
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="BUG links.py Link.submit under 'ps': two transfers "
-                   "submitted at one instant, the first of 0 bytes (a prompt shorter than a block): the second "
-                   "submission swallows the first's completion, the request is never queued, run() raises C4")
 def test_same_instant_transfers_all_complete_under_processor_sharing():
     trace = cluster_trace([(0.0, 10, 2, 1), (0.0, 10, 2, 2)])
     result = simulate(trace, num_workers=2, capacity_blocks=50, router=CopyToW1(), link_sharing="ps")

@@ -177,8 +177,6 @@ def test_bad_configuration_is_rejected_naming_the_field(kwargs, field):
         simulate(TINY, **kwargs)
 
 
-@pytest.mark.xfail(strict=True, reason="config.py ClusterConfig.__post_init__ does not check `router` (the docstring "
-                   "says every field is checked on construction); an unknown name fails only in simulate()")
 def test_unknown_router_name_fails_at_construction():
     with pytest.raises(ValueError, match="router"):
         ClusterConfig(router="no_such_router")

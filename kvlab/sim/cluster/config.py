@@ -12,6 +12,7 @@ from kvlab.core.validate import check_choice, check_count, check_flag, check_pos
 from kvlab.index.faults import FaultInjector
 from kvlab.sim.cluster.blend import BlendSpec
 from kvlab.sim.cluster.links import LINK_SHARING
+from kvlab.sim.cluster.routers import Router, get_router
 from kvlab.tiers.devices import DEVICES, Device, get_device
 from kvlab.tiers.models import GPU_FLOPS, ModelSpec, get_model
 from kvlab.tiers.types import WRITE_POLICIES, TierSpec
@@ -166,6 +167,10 @@ class ClusterConfig:
         s(self, "host_link", _device("host_link", self.host_link))
         s(self, "network", _device("network", self.network))
         check_choice("link_sharing", self.link_sharing, LINK_SHARING)
+        if isinstance(self.router, str):
+            get_router(self.router)  # an unknown name fails here, naming the routers
+        elif self.router is not None and not isinstance(self.router, Router):
+            raise ValueError(f"router must be a kvlab.sim.cluster Router or a router name, got {self.router!r}")
         if self.blend is not None and not isinstance(self.blend, BlendSpec):
             raise ValueError(f"blend must be a BlendSpec or None, got {self.blend!r}")
         if self.faults is not None and not isinstance(self.faults, FaultInjector):

@@ -47,13 +47,14 @@ class Link:
         self._busy_until = 0.0
         self._active: list[list] = []  # ps: [remaining_s, order, job]
         self._order = 0
+        self._done: list[tuple[float, Any]] = []  # ps: completed during a submit, not yet advanced past
         self.busy_s = 0.0
         """Seconds the link carried at least one transfer (a FIFO link: the sum of services)."""
 
     @property
     def active(self) -> int:
-        """Transfers submitted and not yet complete."""
-        return len(self._fifo) if self.sharing == "fifo" else len(self._active)
+        """Transfers submitted and not yet reported complete."""
+        return len(self._fifo) if self.sharing == "fifo" else len(self._active) + len(self._done)
 
     def submit(self, now: float, service_s: float, job: Any) -> None:
         """Start ``job`` at ``now`` with ``service_s`` seconds of work (its time alone on the link)."""
@@ -67,7 +68,7 @@ class Link:
             self._fifo.append((self._busy_until, job))
             self._clock = now
             return
-        self._progress(now, [])
+        self._progress(now, self._done)
         self._active.append([service_s, self._order, job])
         self._order += 1
 
@@ -75,6 +76,8 @@ class Link:
         """When the next transfer completes, if none is submitted meanwhile (``None``: idle)."""
         if self.sharing == "fifo":
             return self._fifo[0][0] if self._fifo else None
+        if self._done:
+            return self._done[0][0]
         if not self._active:
             return None
         return self._clock + min(a[0] for a in self._active) * len(self._active)
@@ -87,6 +90,7 @@ class Link:
                 done.append(self._fifo.popleft())
             self._clock = max(self._clock, now)
             return done
+        done, self._done = self._done, []
         self._progress(now, done)
         return done
 

@@ -272,6 +272,7 @@ class ClusterLoop:
         if armed is not None and armed[0] == due:
             return
         version = (armed[1] + 1) if armed else 1
+        due = max(due, self.now)  # a PS transfer may have ended during the submit that revealed it
         self.link_due[link.name] = (due, version)
         self.push(due, LINK_DONE, worker.index, "link", (worker, link, version))
 

@@ -150,7 +150,24 @@ class Worker:
             return plan
         if self.waiting:
             self._schedule_waiting(now, plan, budget, fetches)
+            if plan.empty and not self.running and not fetches:
+                self._release_ready(plan)
         return plan
+
+    def _release_ready(self, plan: Plan) -> None:
+        """Nothing runs, and nothing waiting fits because loaded requests (``READY``) hold the
+        blocks: release the newest such request's blocks (they stay cached, so its restart hits
+        them) as a preemption — else the worker would wait forever. vLLM reserves a remote
+        load's blocks the same way and has no such rule; kvlab adds it rather than deadlock."""
+        for req in reversed(self.waiting):
+            if req.state == "READY":
+                if req.kv_ready_tokens == 0:
+                    self.num_ready_fetched -= 1
+                self.waiting.remove(req)
+                self._preempt(req)
+                self.waiting.appendleft(req)
+                plan.preempted.append(req)
+                return
 
     def _schedule_waiting(self, now: float, plan: Plan, budget: int, fetches: list) -> None:
         cfg = self.config
@@ -262,7 +279,8 @@ class Worker:
         req.preemptions += 1
         req.tier_hit_blocks = None  # look the tiers up again (Opal's reuse is a quirk)
         req.blend = None  # split again at re-admission
-        req.kv_ready_tokens = 0
+        if not req.handoff:  # a handoff's KV stays delivered; a transfer's is cached (or recomputed)
+            req.kv_ready_tokens = 0
         self.preemptions += 1
 
     # ------------------------------------------------------------------ tiers
