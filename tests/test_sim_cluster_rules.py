@@ -38,7 +38,10 @@ def decode_s(*contexts: int) -> float:
 # --- (a) the step is vLLM v1's, block for block ----------------------------------------------------
 
 def compare_with_reference(rows, *, capacity_blocks: int, max_num_batched_tokens: int, max_num_seqs: int,
-                           coalesce: bool = True) -> VllmReference:
+                           coalesce: bool = False) -> VllmReference:
+    """Block ids and free-queue order are compared step by step, so decode windows (C9: a request
+    takes a window's blocks in one call, the same blocks but possibly other ids) are off unless
+    asked; with them on only the ids may differ, never the frames (tests/test_sim_cluster.py)."""
     trace = cluster_trace(rows, block_size=4)
     config = ClusterConfig(block_size=4, capacity_blocks=capacity_blocks, max_num_batched_tokens=max_num_batched_tokens,
                            max_num_seqs=max_num_seqs, coalesce_decode=coalesce)
@@ -50,8 +53,10 @@ def compare_with_reference(rows, *, capacity_blocks: int, max_num_batched_tokens
     ref = VllmReference(trace, capacity_blocks=capacity_blocks, block_size=4,
                         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs).run()
     pool = loop.workers[0].pool
-    assert tables == ref.tables  # every request's block ids after every scheduling call
-    assert cache_map(pool) == ref.cached_map() and free_order(pool) == free_order(ref.pool)
+    if not coalesce:
+        assert tables == ref.tables  # every request's block ids after every scheduling call
+        assert cache_map(pool) == ref.cached_map() and free_order(pool) == free_order(ref.pool)
+    assert set(cache_map(pool)) == set(ref.cached_map())  # the same blocks cached, by hash
     result = simulate(trace, config)
     expected = pl.DataFrame(ref.steps)
     got = result.steps.select(expected.columns)
