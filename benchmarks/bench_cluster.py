@@ -35,9 +35,10 @@ from kvlab.sim.cluster import simulate
 from kvlab.traces import Trace, load_trace
 
 sys.path.insert(0, str(Path(__file__).parent))
-from report import exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 from vidur_anchor import TRACE as VIDUR_TRACE  # noqa: E402
 from vidur_anchor import ensure_vidur_venv, run_vidur  # noqa: E402
+
+from report import exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 TARGET_CONVERSATION_S = 60.0
 VIDUR_MAX_TOKENS = 4096
