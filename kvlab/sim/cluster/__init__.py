@@ -11,6 +11,7 @@ name                       what
 :func:`simulate`           a trace through the cluster → :class:`ClusterResult`
 :class:`ClusterConfig`     workers, engine limits, time model, tiers, links, router, SLOs
 :class:`ClusterTier`       a tier under every worker's GPU cache
+:class:`BlendSpec`         CacheBlend (non-prefix chunk reuse) on every worker
 :class:`Decision`          a router's answer (worker, decode worker, transfer, reject)
 :class:`Router`            ``select(request, view, now)``; :class:`RandomRouter`,
                            :class:`RoundRobin`, :class:`LeastLoaded`, :class:`ScorerRouter`
@@ -24,6 +25,7 @@ name                       what
 =========================  =============================================================
 """
 
+from kvlab.sim.cluster.blend import BlendSpec
 from kvlab.sim.cluster.config import ClusterConfig, ClusterTier
 from kvlab.sim.cluster.links import Link
 from kvlab.sim.cluster.metrics import ClusterResult, ClusterSummary
@@ -44,7 +46,7 @@ from kvlab.sim.cluster.routers import (
 from kvlab.sim.cluster.simulate import arrival_times, simulate
 from kvlab.sim.cluster.timing import Linear, MooncakePrefill, Roofline, StepBatch, StepTime, ZeroTime
 
-__all__ = ["ROUTERS", "ClusterConfig", "ClusterResult", "ClusterSummary", "ClusterTier", "ClusterView", "Decision",
+__all__ = ["ROUTERS", "BlendSpec", "ClusterConfig", "ClusterResult", "ClusterSummary", "ClusterTier", "ClusterView", "Decision",
            "LeastLoaded", "Linear", "Link", "MooncakePrefill", "ProfileTable", "RandomRouter", "RequestView",
            "Roofline", "RoundRobin", "Router", "ScorerRouter", "StepBatch", "StepTime", "WorkerLoad", "ZeroTime",
            "arrival_times", "get_router", "simulate"]

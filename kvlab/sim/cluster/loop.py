@@ -106,8 +106,9 @@ class ClusterLoop:
         if self.requests:
             self.push(self.requests[0].arrival_s, ARRIVAL, _CLUSTER, "arrival", 0)
         if self.config.snapshot_interval_s > 0 and self.requests:
-            self.next_snapshot = 0.0
-            self.push(0.0, SNAPSHOT, _CLUSTER, "snapshot", None)
+            self.snapshot = {w.name: self._live_load(w) for w in self.workers}  # all idle, before any arrival
+            self.next_snapshot = self.requests[0].arrival_s
+            self.push(self.next_snapshot, SNAPSHOT, _CLUSTER, "snapshot", None)
         handlers = {"arrival": self._arrival, "kv": self._deliver, "link": self._link, "step": self._step_end,
                     "snapshot": self._snapshot, "enqueue": self._enqueue_event}
         heap = self.heap
