@@ -46,7 +46,7 @@ from kvlab.sim.cluster.routers import (
 from kvlab.sim.cluster.simulate import arrival_times, simulate
 from kvlab.sim.cluster.timing import Linear, MooncakePrefill, Roofline, StepBatch, StepTime, ZeroTime
 
-__all__ = ["ROUTERS", "BlendSpec", "ClusterConfig", "ClusterResult", "ClusterSummary", "ClusterTier", "ClusterView", "Decision",
-           "LeastLoaded", "Linear", "Link", "MooncakePrefill", "ProfileTable", "RandomRouter", "RequestView",
-           "Roofline", "RoundRobin", "Router", "ScorerRouter", "StepBatch", "StepTime", "WorkerLoad", "ZeroTime",
-           "arrival_times", "get_router", "simulate"]
+__all__ = ["ROUTERS", "BlendSpec", "ClusterConfig", "ClusterResult", "ClusterSummary", "ClusterTier",
+           "ClusterView", "Decision", "LeastLoaded", "Linear", "Link", "MooncakePrefill", "ProfileTable",
+           "RandomRouter", "RequestView", "Roofline", "RoundRobin", "Router", "ScorerRouter", "StepBatch",
+           "StepTime", "WorkerLoad", "ZeroTime", "arrival_times", "get_router", "simulate"]
