@@ -28,6 +28,7 @@ _EXPORTS = {
     "load_trace": "kvlab.traces",
     "mrc": "kvlab.sim",
     "replay": "kvlab.sim",
+    "simulate": "kvlab.sim.cluster",
     "sweep": "kvlab.sim",
 }
 
