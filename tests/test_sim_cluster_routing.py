@@ -7,6 +7,8 @@ import pytest
 from sim_cluster_reference import cluster_trace
 
 from kvlab.blend import prefill_savings
+from kvlab.core import check_result
+from kvlab.index.scorers import SCORERS
 from kvlab.sim.cluster import BlendSpec, LeastLoaded, Roofline, ScorerRouter, StepBatch, simulate
 from kvlab.traces import rag
 
@@ -76,3 +78,15 @@ def test_blend_charges_only_the_computed_tokens():
 def test_blend_needs_token_ids():
     with pytest.raises(ValueError, match="token_ids"):
         simulate(cluster_trace([(0.0, 64, 2, 0)]), blend=BlendSpec())
+
+
+@pytest.mark.parametrize("name", sorted(SCORERS))
+def test_every_scorer_routes_a_simulation(name):
+    """Each kvlab scorer behind ScorerRouter (llm-d, Dynamo, SGLang, Opal): a valid result, every
+    request on a routable worker, the index never crediting more than the worker holds (no faults)."""
+    rows = [(0.05 * i, 256 + 64 * (i % 3), 4, i % 4) for i in range(24)]
+    result = simulate(cluster_trace(rows), num_workers=3, router=ScorerRouter(name))
+    check_result(result)
+    assert result.summary.completed_requests == 24
+    assert set(result.requests["worker"]) <= {"w0", "w1", "w2"}
+    assert (result.requests["index_prefix_blocks"] <= result.requests["true_prefix_blocks"]).all()
