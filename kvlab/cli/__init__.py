@@ -1,4 +1,4 @@
-"""The ``kvlab`` command: ``kvlab info``, ``replay``, ``sweep``, ``figures``, ``demo``, ``events``.
+"""The ``kvlab`` command: ``kvlab info``, ``replay``, ``sweep``, ``simulate``, ``figures``, ``demo``, ``events``.
 
 TRACE arguments are a file path, the name of a bundled trace (``conversation``,
 ``synthetic``) when no such file exists (see :func:`kvlab.traces.load_trace`), or ``-`` for
@@ -194,7 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", type=_out_dir, default=Path("out/demo"), metavar="DIR", help="default out/demo")
 
     from kvlab.cli.events import add_events_parser
+    from kvlab.cli.simulate import add_simulate_parser
 
+    add_simulate_parser(sub)
     add_events_parser(sub)
     return parser
 
@@ -356,6 +358,10 @@ def run_command(argv: list[str] | None = None) -> int:
             cmd_replay(args)
         elif args.command == "sweep":
             cmd_sweep(args)
+        elif args.command == "simulate":
+            from kvlab.cli.simulate import run_simulate
+
+            run_simulate(args)
         elif args.command == "figures":
             from kvlab.cli.figures import run_figures
 

@@ -8,6 +8,9 @@ function                          chart
 :func:`hit_ratio_chart`           any run: rolling block hit ratio per tier over time
 :func:`tier_breakdown_chart`      any run: block references served by each tier, and computed
 :func:`hit_ratio_curve`           hit ratio vs capacity (log x), one line per series
+:func:`ttft_cdf_chart`            cluster simulation: empirical TTFT CDF per labelled run
+:func:`worker_queue_chart`        cluster simulation: running / waiting requests per worker over time
+:func:`ttft_vs_rate_chart`        cluster simulation: mean and p99 TTFT vs arrival rate per variant
 :func:`save_chart`                write a chart as PNG, SVG, PDF or standalone HTML (offline)
 :func:`use_offline_rendering`     show charts in Jupyter with no internet access
 :func:`block_pool_chart`          a vLLM block pool: blocks by state, ref counts, free queue
@@ -29,6 +32,7 @@ from pathlib import Path
 import altair as alt
 import polars as pl
 
+from kvlab.viz.cluster_charts import ttft_cdf, ttft_cdf_chart, ttft_vs_rate_chart, worker_queue_chart
 from kvlab.viz.engine_charts import block_pool_chart, radix_tree_chart, tree_layout
 from kvlab.viz.figures import cache_ratio_chart, figure9_chart, table1_chart
 from kvlab.viz.run_charts import (
@@ -122,4 +126,4 @@ def use_offline_rendering() -> None:
 __all__ = ["block_pool_chart", "cache_ratio_chart", "downsample_timeline", "figure9_chart", "hit_ratio_chart",
            "hit_ratio_curve", "hit_ratio_timeline", "occupancy_chart", "radix_tree_chart", "run_timeline",
            "save_chart", "table1_chart", "tier_breakdown", "tier_breakdown_chart", "tree_layout",
-           "use_offline_rendering"]
+           "ttft_cdf", "ttft_cdf_chart", "ttft_vs_rate_chart", "use_offline_rendering", "worker_queue_chart"]
