@@ -61,7 +61,7 @@ def vidur_lengths_trace(path: Path, num_requests: int | None) -> Trace:
             prompt -= max(0, prompt + output - VIDUR_MAX_TOKENS)
             rows.append((i, float(row["arrived_at"]), prompt, output))
     ids = np.array([r[0] for r in rows], dtype=np.uint64)
-    keys = [list(range(i * 4096 + 1, i * 4096 + 2 + p // 16)) for i, _, p, _ in rows]
+    keys = [list(range(i * 4096 + 1, i * 4096 + 1 - (-p // 16))) for i, _, p, _ in rows]
     frame = pl.DataFrame({"request_id": ids, "arrival_s": [r[1] for r in rows],
                           "input_tokens": pl.Series([r[2] for r in rows], dtype=pl.UInt32),
                           "output_tokens": pl.Series([r[3] for r in rows], dtype=pl.UInt32),

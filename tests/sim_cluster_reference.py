@@ -85,6 +85,7 @@ class VllmReference:
         self.recomputed_tokens = [0] * n
         self.computed_prefill_tokens = [0] * n
         self.tokens_at_preemption: list[int | None] = [None] * n
+        self.computed_at_preemption = [0] * n  # the furthest a request had computed when preempted
         self.steps: list[dict] = []
         self.tables: list[dict[str, list[int]]] = []
 
@@ -103,6 +104,7 @@ class VllmReference:
                 vr = self.reqs[victim]
                 if self.tokens_at_preemption[victim] is None:
                     self.tokens_at_preemption[victim] = vr.num_tokens
+                self.computed_at_preemption[victim] = max(self.computed_at_preemption[victim], vr.num_computed_tokens)
                 self.mgr.preempt(vr)  # blocks freed, they stay cached (C19)
                 self.preemptions[victim] += 1
                 preempted.append(victim)
@@ -166,10 +168,9 @@ class VllmReference:
                                "num_running": len(running), "num_waiting": len(waiting),
                                "free_blocks": self.pool.get_num_free_blocks(), "num_preempted": num_preempted})
             t += dt
-            for r, k, _ in prefill:
-                self.computed_prefill_tokens[r] += k
-                if self.preemptions[r]:
-                    self.recomputed_tokens[r] += k
+            for r, k, context in prefill:
+                self.computed_prefill_tokens[r] += k  # recomputed: positions computed before a preemption
+                self.recomputed_tokens[r] += max(0, min(context + k, self.computed_at_preemption[r]) - context)
             for r in [p[0] for p in prefill] + [d[0] for d in decode]:
                 req = self.reqs[r]
                 if req.num_computed_tokens != req.num_tokens:

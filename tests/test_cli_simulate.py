@@ -97,8 +97,6 @@ def test_simulate_config_file_and_flag_override(capsys, tmp_path: Path, conversa
         {"name": "SSD", "capacity_blocks": 100, "device": "nvme_gen4", "policy": "lru"}]
 
 
-@pytest.mark.xfail(strict=True, reason="ClusterConfig.to_dict echoes a ScorerRouter as {'type': 'ScorerRouter'} "
-                                       "without its scorer, and a router given by name as {'type': 'str'}")
 def test_simulate_echoes_the_router_it_ran(capsys) -> None:
     code, out, _ = run(capsys, "simulate", "conversation", "--requests", "4", "--capacity-blocks", "4000",
                        "--workers", "2", "--router", "scorer:dynamo_cost", "--json")

@@ -140,7 +140,10 @@ def test_preemption_takes_the_last_admitted_and_it_hits_its_own_blocks():
     # C19: its freed prompt blocks stay cached, so the re-prefill computes less than a cold one
     assert 0 < req["recomputed_tokens"][2] < ref.tokens_at_preemption[2]
     cold = simulate(trace, config, enable_prefix_caching=False).requests
-    assert cold["preemptions"][2] >= 1 and cold["recomputed_tokens"][2] >= ref.tokens_at_preemption[2]
+    # without caching a restart computes again every token it had computed (at least the 80 of its
+    # first preemption), more than with its freed blocks cached
+    assert cold["preemptions"][2] >= 1 and cold["recomputed_tokens"][2] >= 80
+    assert req["recomputed_tokens"][2] < cold["recomputed_tokens"][2]
     # the whole run equals the hand-driven vLLM worker: block tables after every scheduling call,
     # batches, step times, per-request counters and times
     assert tables == ref.tables

@@ -212,7 +212,9 @@ class ClusterConfig:
             elif name == "tiers":
                 value = [{"name": t.name, "capacity_blocks": t.capacity_blocks, "device": t.device.name,
                           "policy": t.policy} for t in value]
-            elif name in ("router", "faults", "time_model") and value is not None:
+            elif name == "router" and value is not None:
+                value = (get_router(value) if isinstance(value, str) else value).to_dict()
+            elif name in ("faults", "time_model") and value is not None:
                 value = _options(value)
             out[name] = to_jsonable(value)
         return out

@@ -428,10 +428,11 @@ class ClusterLoop:
     def _apply(self, worker: Worker, plan: Plan, now: float) -> None:
         """A step ended at ``now``: prefill progress, sampled tokens, finished requests, KV events."""
         alpha2 = self.config.output_token_overhead_s
-        for req, _, _, computed in plan.prefill:
+        for req, n, context, computed in plan.prefill:
             req.computed_prefill_tokens += computed
-            if req.preemptions:
-                req.recomputed_tokens += computed
+            again = min(context + n, req.computed_at_preemption) - context  # positions computed before
+            if again > 0:
+                req.recomputed_tokens += min(again, computed)
         for req in [p[0] for p in plan.prefill] + plan.decode:
             er = req.engine
             if er.num_computed_tokens != er.num_tokens:

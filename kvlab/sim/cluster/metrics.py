@@ -54,7 +54,8 @@ class ClusterSummary(RunSummary):
     second of ``makespan_s`` (first arrival to last finish). Hit ratios are token shares of
     the admitted prompts: ``gpu_hit_ratio``, ``tier_hit_ratio`` (per tier), ``remote_hit_ratio``
     (cache transfers), ``token_hit_ratio`` (all three). ``busy_share``: each worker's busy time
-    over the makespan. ``events``: heap events processed; ``wall_s`` and
+    over the makespan. ``time_scale`` and ``rate``: how the trace's arrivals were re-timed
+    (:func:`~kvlab.sim.cluster.arrival_times`). ``events``: heap events processed; ``wall_s`` and
     ``simulated_requests_per_s``: the simulator's own speed.
 
     Example:
@@ -65,6 +66,8 @@ class ClusterSummary(RunSummary):
     driver: ClassVar[str] = "simulate"
     source: str
     config: ClusterConfig
+    time_scale: float
+    rate: float | None
     requests: int
     completed_requests: int
     rejected_requests: int
@@ -205,7 +208,8 @@ def timeline(steps: pl.DataFrame, loop: object) -> pl.DataFrame:
     return pl.concat(frames) if frames else timeline_frame([], [], "w0", {})
 
 
-def summary(source: str, loop: object, requests: pl.DataFrame) -> ClusterSummary:
+def summary(source: str, loop: object, requests: pl.DataFrame, *, time_scale: float = 1.0,
+            rate: float | None = None) -> ClusterSummary:
     """The :class:`ClusterSummary` of a finished loop."""
     cfg: ClusterConfig = loop.config
     done = requests.filter(pl.col("finish_s").is_not_null())
@@ -221,7 +225,8 @@ def summary(source: str, loop: object, requests: pl.DataFrame) -> ClusterSummary
     makespan = end - start
     good = int((done["slo_ttft_ok"] & done["slo_tbt_ok"]).sum())
     return ClusterSummary(
-        source=source, config=cfg, requests=requests.height, completed_requests=done.height,
+        source=source, config=cfg, time_scale=time_scale, rate=rate, requests=requests.height,
+        completed_requests=done.height,
         rejected_requests=int(requests["rejected"].sum()), input_tokens=inputs,
         output_tokens=int(done["output_tokens"].sum()),
         computed_prefill_tokens=int(requests["computed_prefill_tokens"].sum()),

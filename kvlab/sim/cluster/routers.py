@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvlab.core.result import to_jsonable
 from kvlab.core.validate import check_count, check_flag, check_str
 from kvlab.index.base import Index
 from kvlab.index.scorers import LongestPrefixScorer, Scorer, get_scorer
@@ -148,6 +149,10 @@ class Router:
     name = "router"
     uses_index = False
 
+    def to_dict(self) -> dict[str, object]:
+        """The router's type and name (echoed in a run's configuration)."""
+        return {"type": type(self).__name__, "name": self.name}
+
     def select(self, request: RequestView, view: ClusterView, now: float) -> Decision:  # pragma: no cover
         """The :class:`Decision` for ``request`` at ``now`` (simulated seconds)."""
         raise NotImplementedError
@@ -230,6 +235,11 @@ class ScorerRouter(Router):
         if not isinstance(scorer, Scorer):
             raise ValueError(f"scorer must be a kvlab.index Scorer or its name, got {scorer!r}")
         self.scorer = scorer
+
+    def to_dict(self) -> dict[str, object]:
+        """Type, ``scorer:<name>`` and the scorer's options."""
+        options = {k: to_jsonable(v) for k, v in sorted(vars(self.scorer).items()) if not k.startswith("_")}
+        return {"type": type(self).__name__, "name": f"scorer:{self.scorer.name}", "scorer": options}
 
     def select(self, request: RequestView, view: ClusterView, now: float) -> Decision:  # noqa: ARG002
         """The scorer's pick (its own tie rule, the router's generator)."""

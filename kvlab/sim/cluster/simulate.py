@@ -104,5 +104,7 @@ def simulate(trace: Trace, config: ClusterConfig | None = None, *, time_scale: f
             bar.close()
     requests = requests_frame(loop)
     steps = steps_frame(loop)
-    return ClusterResult(requests, timeline(steps, loop), summary(trace.source, loop, requests), config,
+    return ClusterResult(requests, timeline(steps, loop),
+                         summary(trace.source, loop, requests, time_scale=float(time_scale),
+                                 rate=None if rate is None else float(rate)), config,
                          steps=steps, transfers=transfers_frame(loop))

@@ -27,7 +27,8 @@ class SimRequest:
                  "tbt_sum_s", "tbt_max_s", "tbt", "num_output", "gpu_hit_tokens", "tier_hit_blocks",
                  "tier_hit_tokens", "remote_hit_tokens", "computed_prefill_tokens", "preemptions",
                  "recomputed_tokens", "kv_ready_tokens", "index_columns", "engine_keys", "handoff",
-                 "handoff_request", "admitted", "token_ids", "blend", "blend_tokens", "blend_recomputed_tokens")
+                 "handoff_request", "admitted", "token_ids", "blend", "blend_tokens", "blend_recomputed_tokens",
+                 "computed_at_preemption")
 
     def __init__(self, index: int, request_id: int, arrival_s: float, input_tokens: int, output_tokens: int) -> None:
         self.index = index
@@ -59,7 +60,8 @@ class SimRequest:
         self.remote_hit_tokens = 0
         self.computed_prefill_tokens = 0
         self.preemptions = 0
-        self.recomputed_tokens = 0
+        self.recomputed_tokens = 0  # prefill of positions it had computed before a preemption
+        self.computed_at_preemption = 0  # the furthest it had computed when preempted
         self.kv_ready_tokens = 0
         self.index_columns: tuple[int, int, int] = (0, 0, 0)
         self.engine_keys: list[int] = []

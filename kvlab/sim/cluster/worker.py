@@ -274,6 +274,7 @@ class Worker:
 
     def _preempt(self, req: SimRequest) -> None:
         """Recompute preemption (C5, C19): blocks freed (they stay cached), progress reset."""
+        req.computed_at_preemption = max(req.computed_at_preemption, req.engine.num_computed_tokens)
         self.manager.preempt(req.engine)
         req.state = "WAITING"
         req.preemptions += 1
