@@ -21,7 +21,7 @@ tokens = one slot; ``kv_pool_size = capacity_blocks``)::
     slots     [   s0    ,    s1     ,   s2      ]     ceil(41 / 16) slots held while running
 
 Block keys are u64 but SGLang's token ids are int64, so each key is given a dense id
-(``1, 2, …``, in order of first insertion; 0 is the placeholder for the last sampled token of
+(``1, 2, …``, in order of first sight; 0 is the placeholder for the last sampled token of
 :meth:`RadixCache.cache_finished_req`). Equal ids mean equal keys, so the tree is exact.
 
 **Per call** (SGLang's scheduler calls in brackets):
@@ -173,7 +173,7 @@ class RadixManager:
         """
         self._check(er)
         num = (er.num_tokens - 1) // self.block_size if self.enable_caching else 0
-        hit = self.cache.match_prefix(self._known_tokens(er.block_hashes[:num]))
+        hit = self.cache.match_prefix([self._token(k) for k in er.block_hashes[:num]])
         return hit, hit.prefix_len * self.block_size
 
     def cached_prefix_blocks(self, keys: Sequence[int]) -> int:

@@ -9,7 +9,8 @@ freed and stay cached, C5, C19) until it fits or the victim is itself; waiting r
 step without preemption (C6), stopping at the first that does not fit. A waiting request whose
 prompt a lower tier holds beyond the GPU hit (C7) loads it first: blocks reserved, state
 ``FETCH_KVC`` behind Opal's ``max_kvc_ready_requests`` gate (C8; a request the gate or the pool
-refuses is skipped, Opal O22), ``READY`` when the load is done.
+refuses is skipped, Opal O22), ``READY`` when the load is done. With ``engine="sglang"`` the cache is
+SGLang's radix cache instead (:class:`~kvlab.sim.cluster.radix_manager.RadixManager`, same calls).
 """
 
 from __future__ import annotations
