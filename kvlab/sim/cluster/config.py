@@ -19,6 +19,8 @@ from kvlab.tiers.types import WRITE_POLICIES, TierSpec
 
 #: Worker roles: ``mixed`` (prefill and decode), ``prefill`` and ``decode`` (P/D disaggregation).
 ROLES = ("mixed", "prefill", "decode")
+#: Worker caches: vLLM's KVCacheManager or SGLang's radix cache (:mod:`kvlab.sim.cluster.radix_manager`).
+ENGINES = ("vllm", "sglang")
 #: GPU → its HBM device preset (capacity), for the default KV block count.
 _GPU_HBM_DEVICE = {"H100-SXM": "h100_hbm", "H800": "h100_hbm", "H200": "h200_hbm", "B200": "b200_hbm",
                    "A100": "a100_80gb_hbm", "A800": "a100_80gb_hbm"}
@@ -69,6 +71,9 @@ class ClusterConfig:
         ``None`` derives it from the GPU's HBM (``gpu_memory_utilization`` × capacity × tp −
         weights) / block bytes. enable_prefix_caching.
         max_num_batched_tokens (8192), max_num_seqs (256), long_prefill_token_threshold (0: off).
+        engine: each worker's cache, one of :data:`ENGINES`: ``"vllm"`` (KVCacheManager) or
+        ``"sglang"`` (the radix cache, :class:`~kvlab.sim.cluster.radix_manager.RadixManager`);
+        the scheduling step is vLLM's either way.
     Time (§6.5): model (a :class:`~kvlab.tiers.models.ModelSpec` or preset), gpu (a
         :data:`~kvlab.tiers.models.GPU_FLOPS` name), tp; time_model (``None``: ``Roofline``) —
         any object with ``step_time(StepBatch) -> StepTime``. arrival_overhead_s (α0, added to the
@@ -108,6 +113,7 @@ class ClusterConfig:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     long_prefill_token_threshold: int = 0
+    engine: str = "vllm"
     time_model: object = None
     arrival_overhead_s: float = 0.0
     output_token_overhead_s: float = 0.0
@@ -143,6 +149,7 @@ class ClusterConfig:
         s(self, "roles", roles)
         s(self, "model_spec", self.model if isinstance(self.model, ModelSpec) else _model(self.model))
         check_choice("gpu", self.gpu, GPU_FLOPS)
+        check_choice("engine", self.engine, ENGINES)
         s(self, "gpu_memory_utilization", check_real("gpu_memory_utilization", self.gpu_memory_utilization,
                                                      low=0.0, high=1.0, low_open=True))
         s(self, "enable_prefix_caching", check_flag("enable_prefix_caching", self.enable_prefix_caching))

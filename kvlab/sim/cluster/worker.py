@@ -9,7 +9,8 @@ freed and stay cached, C5, C19) until it fits or the victim is itself; waiting r
 step without preemption (C6), stopping at the first that does not fit. A waiting request whose
 prompt a lower tier holds beyond the GPU hit (C7) loads it first: blocks reserved, state
 ``FETCH_KVC`` behind Opal's ``max_kvc_ready_requests`` gate (C8; a request the gate or the pool
-refuses is skipped, Opal O22), ``READY`` when the load is done.
+refuses is skipped, Opal O22), ``READY`` when the load is done. With ``engine="sglang"`` the cache is
+SGLang's radix cache instead (:class:`~kvlab.sim.cluster.radix_manager.RadixManager`, same calls).
 """
 
 from __future__ import annotations
@@ -24,10 +25,15 @@ from kvlab.sim.cluster.blend import WorkerBlend, computed_in_chunk
 from kvlab.sim.cluster.config import ClusterConfig
 from kvlab.sim.cluster.links import Link
 from kvlab.sim.cluster.prompts import output_block_key
+from kvlab.sim.cluster.radix_manager import RadixManager
 from kvlab.sim.cluster.state import SimRequest
 from kvlab.tiers.cost import fetch_time_s, tokens_to_load
 from kvlab.tiers.store import TieredStore
 from kvlab.tiers.types import TierSpec
+
+
+def _nothing() -> None:
+    """vLLM has nothing to do before a step is scheduled (it caches blocks at allocation)."""
 
 
 @dataclass
@@ -67,11 +73,20 @@ class Worker:
         self.index, self.role, self.config = index, role, config
         self.name = f"w{index}"
         self.block_size = config.block_size
-        pool = BlockPool(config.capacity_blocks + 1, block_size=config.block_size,
-                         enable_caching=config.enable_prefix_caching, enable_kv_cache_events=kv_events)
-        self.manager = KVCacheManager(pool, block_size=config.block_size,
-                                      enable_caching=config.enable_prefix_caching)
-        self.pool = pool
+        if config.engine == "sglang":
+            manager = RadixManager(config.capacity_blocks, block_size=config.block_size,
+                                   enable_caching=config.enable_prefix_caching, enable_kv_cache_events=kv_events)
+            self._free_blocks, self._cached_blocks = manager.num_free_blocks, manager.num_cached_blocks
+            self._cached_prefix, self._begin_schedule = manager.cached_prefix_blocks, manager.begin_schedule
+        else:
+            pool = BlockPool(config.capacity_blocks + 1, block_size=config.block_size,
+                             enable_caching=config.enable_prefix_caching, enable_kv_cache_events=kv_events)
+            manager = KVCacheManager(pool, block_size=config.block_size, enable_caching=config.enable_prefix_caching)
+            cached = pool.cached_block_hash_to_block
+            self._free_blocks, self._cached_blocks = pool.get_num_free_blocks, cached.__len__
+            self._cached_prefix = lambda keys: next((i for i, k in enumerate(keys) if not cached.get(k)), len(keys))
+            self._begin_schedule = _nothing
+        self.manager = manager
         self.store = (TieredStore([TierSpec(t.name, t.capacity_blocks, t.policy) for t in config.tiers],
                                   write_policy=config.tier_write_policy, block_size=config.block_size)
                       if config.tiers else None)
@@ -97,18 +112,18 @@ class Worker:
 
     @property
     def free_blocks(self) -> int:
-        """Blocks the pool can hand out now (free queue, cached ones included)."""
-        return self.pool.get_num_free_blocks()
+        """Blocks the cache can hand out now (vLLM: the free queue, cached ones included; SGLang:
+        free slots plus evictable ones)."""
+        return self._free_blocks()
 
     @property
     def cached_blocks(self) -> int:
-        """Blocks holding a cached prefix (a hash in the pool's map)."""
-        return len(self.pool.cached_block_hash_to_block)
+        """Blocks holding a cached prefix (vLLM: a hash in the pool's map; SGLang: the tree's)."""
+        return self._cached_blocks()
 
     def cached_prefix_blocks(self, engine_keys: list[int]) -> int:
         """The leading blocks of ``engine_keys`` cached on the worker now (the truth an index is checked against)."""
-        cached = self.pool.cached_block_hash_to_block
-        return next((i for i, k in enumerate(engine_keys) if not cached.get(k)), len(engine_keys))
+        return self._cached_prefix(engine_keys)
 
     @property
     def used_blocks(self) -> int:
@@ -123,6 +138,7 @@ class Worker:
     def schedule(self, now: float, fetches: list[tuple[SimRequest, float]]) -> Plan:
         """vLLM v1's step (module docstring); tier loads started go to ``fetches`` as
         ``(request, service seconds)``."""
+        self._begin_schedule()
         cfg = self.config
         plan = Plan()
         budget = cfg.max_num_batched_tokens
