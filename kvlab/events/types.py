@@ -73,6 +73,8 @@ def _check_hashes(name: str, value: object) -> tuple[ExternalBlockHash, ...]:
 
 
 def _check_tokens(name: str, value: object) -> tuple[int, ...]:
+    if isinstance(value, np.ndarray) and value.ndim == 1 and np.issubdtype(value.dtype, np.unsignedinteger):
+        return tuple(value.tolist())  # an unsigned array's values are u64 already
     return tuple(check_u64(f"{name}[{i}]", token) for i, token in enumerate(_as_tuple(name, value)))
 
 

@@ -90,13 +90,17 @@ def output_block_key(request_index: int, block_index: int) -> int:
     return x or 1
 
 
-def block_tokens(key: int, block_size: int) -> np.ndarray:
-    """``block_size`` token ids (uint32, < 2**31) drawn from an engine key by splitmix64.
+def block_tokens(keys: list[int] | np.ndarray, block_size: int) -> np.ndarray:
+    """``block_size`` token ids (uint32, < 2**31) per engine key, drawn by splitmix64: shape
+    ``(len(keys), block_size)``; a key always gives the same tokens.
 
-    >>> block_tokens(5, 4).tolist() == block_tokens(5, 4).tolist(), len(block_tokens(5, 4))
-    (True, 4)
+    >>> t = block_tokens([5, 6], 4)
+    >>> t.shape, t[0].tolist() == block_tokens([5], 4)[0].tolist(), bool((t[0] != t[1]).any())
+    ((2, 4), True, True)
     """
-    seq = np.uint64(key) + np.arange(1, block_size + 1, dtype=np.uint64) * _GOLDEN
+    with np.errstate(over="ignore"):
+        seq = (np.asarray(keys, dtype=np.uint64)[:, None]
+               + np.arange(1, block_size + 1, dtype=np.uint64)[None, :] * _GOLDEN)
     return (splitmix64(seq) & np.uint64(0x7FFFFFFF)).astype(np.uint32)
 
 
@@ -142,22 +146,22 @@ class PromptSource:
             raise ValueError("the trace has no token_ids column; CacheBlend (blend=) matches prompt tokens")
         return self._tokens[i].to_numpy().astype(np.uint32)
 
-    def event_tokens(self, engine_keys: list[int]) -> list[int]:
-        """The tokens of the blocks with ``engine_keys`` (what a ``BlockStored`` carries)."""
-        if not engine_keys:
-            return []
-        return np.concatenate([block_tokens(k, self.block_size) for k in engine_keys]).tolist()
+    def event_tokens(self, engine_keys: list[int]) -> np.ndarray:
+        """The tokens (uint32) of the blocks with ``engine_keys`` (what a ``BlockStored`` carries)."""
+        return block_tokens(engine_keys, self.block_size).ravel()
 
     def request_keys(self, engine_keys: list[int], hasher: LlmdHasher, root: int) -> list[int]:
         """llm-d's request keys of a prompt's blocks (rule L18: the chain from ``root`` over the
         tokens), memoised per engine key (a block's tokens are a function of its key)."""
-        memo, out = self._request_keys, []
-        parent = root
-        for key in engine_keys:
-            rk = memo.get(key)
-            if rk is None:
-                rk = hasher.block_hashes(block_tokens(key, self.block_size).tolist(), parent_key=parent)[0]
-                memo[key] = rk
-            out.append(rk)
-            parent = rk
+        memo = self._request_keys
+        known = 0
+        while known < len(engine_keys) and engine_keys[known] in memo:
+            known += 1
+        out = [memo[k] for k in engine_keys[:known]]
+        if known < len(engine_keys):  # the rest in one chain from the last known key
+            rest = engine_keys[known:]
+            tokens = block_tokens(rest, self.block_size).ravel().tolist()
+            keys = hasher.block_hashes(tokens, parent_key=out[-1] if out else root)
+            memo.update(zip(rest, keys))
+            out.extend(keys)
         return out
