@@ -147,8 +147,8 @@ def test_preemption_takes_the_last_admitted_and_it_hits_its_own_blocks():
     # the whole run equals the hand-driven vLLM worker: block tables after every scheduling call,
     # batches, step times, per-request counters and times
     assert tables == ref.tables
-    assert cache_map(loop.workers[0].pool) == ref.cached_map()
-    assert free_order(loop.workers[0].pool) == free_order(ref.pool)
+    assert cache_map(loop.workers[0].manager.block_pool) == ref.cached_map()
+    assert free_order(loop.workers[0].manager.block_pool) == free_order(ref.pool)
     expected = pl.DataFrame(ref.steps)
     got = result.steps.select(expected.columns)
     assert got.drop("t_start_s", "dt_s").equals(expected.drop("t_start_s", "dt_s"))

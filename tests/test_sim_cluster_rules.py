@@ -52,7 +52,7 @@ def compare_with_reference(rows, *, capacity_blocks: int, max_num_batched_tokens
     loop.run()
     ref = VllmReference(trace, capacity_blocks=capacity_blocks, block_size=4,
                         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs).run()
-    pool = loop.workers[0].pool
+    pool = loop.workers[0].manager.block_pool
     if not coalesce:
         assert tables == ref.tables  # every request's block ids after every scheduling call
         assert cache_map(pool) == ref.cached_map() and free_order(pool) == free_order(ref.pool)

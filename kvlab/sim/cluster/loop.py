@@ -26,9 +26,10 @@ from kvlab.events.types import BlockStored, EventBatch
 from kvlab.index.faults import Delivery
 from kvlab.index.ingest import EventIngestor
 from kvlab.index.memory import InMemoryIndex
+from kvlab.sim.cluster.coalesce import decode_window
 from kvlab.sim.cluster.config import ClusterConfig
 from kvlab.sim.cluster.links import Link
-from kvlab.sim.cluster.prompts import PromptSource, output_block_key
+from kvlab.sim.cluster.prompts import PromptSource
 from kvlab.sim.cluster.routers import ClusterView, Decision, LeastLoaded, RequestView, Router, WorkerLoad, get_router
 from kvlab.sim.cluster.state import SimRequest
 from kvlab.sim.cluster.timing import Roofline, StepBatch, StepTime
@@ -106,7 +107,7 @@ class ClusterLoop:
         if self.requests:
             self.push(self.requests[0].arrival_s, ARRIVAL, _CLUSTER, "arrival", 0)
         if self.config.snapshot_interval_s > 0 and self.requests:
-            self.snapshot = {w.name: self._live_load(w) for w in self.workers}  # all idle, before any arrival
+            self.snapshot = {w.name: w.load(self.now) for w in self.workers}  # all idle, before any arrival
             self.next_snapshot = self.requests[0].arrival_s
             self.push(self.next_snapshot, SNAPSHOT, _CLUSTER, "snapshot", None)
         handlers = {"arrival": self._arrival, "kv": self._deliver, "link": self._link, "step": self._step_end,
@@ -161,7 +162,7 @@ class ClusterLoop:
             return
         if worker.role == "prefill" and req.output_tokens > 1:
             name = decision.decode_worker or min(self.view.decode_workers,
-                                                 key=lambda w: self._live_load(self.by_name[w]).requests)
+                                                 key=lambda w: self.by_name[w].load(self.now).requests)
             req.decode_worker = self.by_name[name].index
         if decision.transfer_from is not None:
             blocks = min(decision.transfer_blocks, (req.input_tokens - 1) // self.config.block_size)
@@ -208,19 +209,13 @@ class ClusterLoop:
             worker.wake_pending = True
             self.push(now, STEP_END, worker.index, "step", (worker, None))
 
-    def _live_load(self, w: Worker) -> WorkerLoad:
-        queued = sum(r.engine.num_tokens - r.engine.num_computed_tokens for r in w.waiting)
-        return WorkerLoad(self.now, waiting=len(w.waiting) - w.num_fetching, running=len(w.running),
-                          fetching=w.num_fetching, free_blocks=w.free_blocks, used_blocks=w.used_blocks,
-                          cached_blocks=w.cached_blocks, queued_prefill_tokens=queued)
-
     def _loads(self) -> dict[str, WorkerLoad]:
         if self.snapshot is not None:
             return self.snapshot
-        return {w.name: self._live_load(w) for w in self.workers}
+        return {w.name: w.load(self.now) for w in self.workers}
 
     def _snapshot(self, now: float, _payload: object) -> None:
-        self.snapshot = {w.name: self._live_load(w) for w in self.workers}
+        self.snapshot = {w.name: w.load(self.now) for w in self.workers}
         if self.next_arrival < len(self.requests) or any(r.state not in ("DONE", "REJECTED") for r in self.requests):
             self.next_snapshot = now + self.config.snapshot_interval_s
             self.push(self.next_snapshot, SNAPSHOT, _CLUSTER, "snapshot", None)
@@ -314,8 +309,9 @@ class ClusterLoop:
             else:
                 self._apply(worker, plan, now)
                 worker.busy = False
-                if self.coalesce:
-                    now = self.now = self._decode_window(worker, now)
+                if self.coalesce and self.index is None and self._decode_times is not None:
+                    now = self.now = decode_window(worker, now, self._next_due(worker), self._decode_times,
+                                                   self.config, self.step_chunks)
             plan, end = self._start_step(worker, now)
             if plan is None:
                 return
@@ -323,62 +319,6 @@ class ClusterLoop:
                 self.push(end, STEP_END, worker.index, "step", (worker, plan))
                 return
             now = self.now = end  # C9: end the decode step inline, nothing can see it before
-
-    def _decode_window(self, worker: Worker, now: float) -> float:
-        """C9: run the next decode-only steps at once while nothing can differ from running them
-        one by one — every running request decoding, nothing waiting or loading, no KV events
-        (no index), enough free blocks for every request's next tokens, each step ending before
-        the next event due and before any request's last token. Step times are the time model's
-        ``decode_step_times`` (the function the one-by-one path calls), times accumulated in order
-        (``np.cumsum`` adds sequentially); each request allocates its tokens in one call (the same
-        blocks leave the free queue, so hits and evictions are unchanged; only block ids may
-        differ). Returns the time the window ends (``now`` if no step ran)."""
-        running = worker.running
-        if (worker.role != "mixed" or worker.waiting or worker.num_fetching or self.index is not None
-                or not running or self._decode_times is None):
-            return now
-        bs = self.config.block_size
-        starts = np.zeros(bs, dtype=np.int64)  # starts[j]: requests taking a new block at steps k ≡ j (mod bs)
-        context = 0
-        for r in running:
-            er = r.engine
-            if not r.num_output or er.num_computed_tokens != er.num_tokens - 1:
-                return now
-            context += er.num_computed_tokens
-            starts[-er.num_computed_tokens % bs] += 1
-        limit = min(r.output_tokens - r.num_output for r in running) - 1
-        if limit < 1:
-            return now
-        num = len(running)
-        steps = np.arange(limit, dtype=np.int64)
-        dts = self._decode_times(num, context + steps * num)
-        ends = np.cumsum(np.concatenate(([now], dts)))[1:]
-        taken = np.cumsum(starts[steps % bs])
-        free = worker.free_blocks
-        ok = (ends < self._next_due(worker)) & (taken <= free)
-        k = limit if ok.all() else int(np.argmin(ok))
-        if k == 0:
-            return now
-        dts, ends = dts[:k], ends[:k]
-        seq0 = worker.step_seq
-        worker.step_seq += k
-        worker.busy_s = float(np.cumsum(np.concatenate(([worker.busy_s], dts)))[-1])
-        worker.decode_gpu_s = float(np.cumsum(np.concatenate(([worker.decode_gpu_s], dts)))[-1])
-        keep = (seq0 + 1 + np.arange(k)) % self.config.step_sample == 0
-        if keep.any():
-            t_start = np.concatenate(([now], ends[:-1]))
-            self.step_chunks.append((worker.index, num, (seq0 + 1 + np.arange(k))[keep], t_start[keep], dts[keep],
-                                     free - taken[:k][keep]))
-        token_s = ends + self.config.output_token_overhead_s
-        for r in running:
-            er = r.engine
-            full = (er.num_tokens + k) // bs
-            er.append_block_keys(k, [output_block_key(r.index, b) for b in range(len(er.block_hashes), full)])
-            worker.manager.allocate_slots(er, k)
-            r.tbt.extend(np.diff(np.concatenate(([r.last_token_s], token_s))).tolist())
-            r.last_token_s = float(token_s[-1])
-            r.num_output += k
-        return float(ends[-1])
 
     def _next_due(self, worker: Worker) -> float:
         """The earliest event that could change or observe ``worker``: the next arrival, the next

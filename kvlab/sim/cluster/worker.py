@@ -26,6 +26,7 @@ from kvlab.sim.cluster.config import ClusterConfig
 from kvlab.sim.cluster.links import Link
 from kvlab.sim.cluster.prompts import output_block_key
 from kvlab.sim.cluster.radix_manager import RadixManager
+from kvlab.sim.cluster.routers import WorkerLoad
 from kvlab.sim.cluster.state import SimRequest
 from kvlab.tiers.cost import fetch_time_s, tokens_to_load
 from kvlab.tiers.store import TieredStore
@@ -129,6 +130,13 @@ class Worker:
     def used_blocks(self) -> int:
         """Blocks held by requests (``capacity − free``)."""
         return self.config.capacity_blocks - self.free_blocks
+
+    def load(self, now: float) -> WorkerLoad:
+        """Its load signal now (what a router reads, live or in a snapshot)."""
+        queued = sum(r.engine.num_tokens - r.engine.num_computed_tokens for r in self.waiting)
+        return WorkerLoad(now, waiting=len(self.waiting) - self.num_fetching, running=len(self.running),
+                          fetching=self.num_fetching, free_blocks=self.free_blocks, used_blocks=self.used_blocks,
+                          cached_blocks=self.cached_blocks, queued_prefill_tokens=queued)
 
     def has_work(self) -> bool:
         """Whether a step could run now (C3): running or waiting requests that are not loading."""
