@@ -9,7 +9,17 @@ from sim_cluster_reference import cluster_trace
 from kvlab.blend import prefill_savings
 from kvlab.core import check_result
 from kvlab.index.scorers import SCORERS
-from kvlab.sim.cluster import BlendSpec, LeastLoaded, Roofline, ScorerRouter, StepBatch, simulate
+from kvlab.sim.cluster import (
+    BlendSpec,
+    ClusterConfig,
+    ClusterTier,
+    Decision,
+    LeastLoaded,
+    Roofline,
+    ScorerRouter,
+    StepBatch,
+    simulate,
+)
 from kvlab.traces import rag
 
 
@@ -90,3 +100,36 @@ def test_every_scorer_routes_a_simulation(name):
     assert result.summary.completed_requests == 24
     assert set(result.requests["worker"]) <= {"w0", "w1", "w2"}
     assert (result.requests["index_prefix_blocks"] <= result.requests["true_prefix_blocks"]).all()
+
+
+def test_requests_on_their_way_count_as_load():
+    """A request routed but not yet queued (an arrival overhead α0; a P/D request still in prefill
+    for its decode worker) is load: a burst still spreads over the workers."""
+    rows = [(0.0, 2048, 64, i) for i in range(8)]
+    delayed = simulate(cluster_trace(rows), num_workers=2, arrival_overhead_s=0.001)
+    assert delayed.requests["worker"].to_list() == ["w0", "w1"] * 4
+    assert (delayed.requests["enqueue_s"] == 0.001).all()
+    pd_run = simulate(cluster_trace(rows), num_workers=4, roles=("prefill", "prefill", "decode", "decode"))
+    assert pd_run.requests["decode_worker"].to_list() == ["w2", "w3"] * 4
+
+
+def test_decision_and_config_mistakes_are_named():
+    with pytest.raises(ValueError, match="transfer_from='w0' is the chosen worker"):
+        Decision("w0", transfer_from="w0", transfer_blocks=4)
+    with pytest.raises(ValueError, match="predicted_ttft_s"):
+        Decision("w0", predicted_ttft_s="fast")
+    with pytest.raises(ValueError, match="rate .* or time_scale"):
+        simulate(cluster_trace([(0.0, 64, 2, 0)]), rate=5.0, time_scale=0.5)
+    with pytest.raises(ValueError, match="roles must be a sequence"):
+        ClusterConfig(num_workers=2, roles="pd", capacity_blocks=10)
+    with pytest.raises(ValueError, match="tiers must be a tuple of ClusterTier"):
+        ClusterConfig(tiers=ClusterTier("CPU", 100), capacity_blocks=10)
+
+
+def test_empty_prompts_are_rejected_rows_and_the_echo_names_what_ran():
+    result = simulate(cluster_trace([(0.0, 0, 2, 0), (0.1, 64, 2, 1)]))
+    assert result.requests["reject_reason"].to_list() == ["empty_prompt", None]
+    assert result.requests["index_prefix_blocks"].null_count() == 2  # no index: no truth columns
+    echo = result.summary.to_dict()["config"]
+    assert echo["router"] == {"type": "LeastLoaded", "name": "least_loaded"}
+    assert echo["time_model"]["type"] == "Roofline" and echo["time_model"]["mfu_pf"] == 0.45

@@ -192,7 +192,7 @@ def test_a_request_larger_than_the_pool_is_a_rejected_row():
     check_result(result)
     req = result.requests
     assert req["rejected"].to_list() == [False, True, False]
-    assert req["reject_reason"].to_list() == ["", "does_not_fit", ""]
+    assert req["reject_reason"].to_list() == [None, "does_not_fit", None]
     assert req["first_token_s"][1] is None and req["hit_tokens"][1] == 0
     s = result.summary
     assert (s.requests, s.completed_requests, s.rejected_requests) == (3, 2, 1)

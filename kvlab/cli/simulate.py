@@ -147,10 +147,12 @@ def read_config_file(path: Path) -> dict[str, object]:
     try:
         with open(path, "rb") as f:
             values = tomllib.load(f)
-    except tomllib.TOMLDecodeError as err:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: not valid TOML: {err}") from None
     except FileNotFoundError:
         raise FileNotFoundError(f"--config {path}: no such file") from None
+    except OSError as err:
+        raise ValueError(f"--config {path}: cannot read it: {err.strerror}") from None
     fields = [f.name for f in dataclasses.fields(ClusterConfig) if f.name not in NOT_IN_FILE]
     for key in values:
         if key not in fields:
@@ -168,7 +170,17 @@ def read_config_file(path: Path) -> dict[str, object]:
             missing = [key for key in TIER_KEYS[:2] if key not in table]
             if missing:
                 raise ValueError(f"{path}: tiers[{i}] lacks {' and '.join(missing)}")
-        values["tiers"] = tuple(ClusterTier(**table) for table in tiers)
+        checked = []
+        for i, table in enumerate(tiers):
+            try:
+                checked.append(ClusterTier(**table))
+            except ValueError as err:
+                raise ValueError(f"{path}: tiers[{i}]: {err}") from None
+        values["tiers"] = tuple(checked)
+    try:  # every other field checked now, so a bad value names the file
+        ClusterConfig(**{k: v for k, v in values.items() if k != "capacity_blocks"}, capacity_blocks=1)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
     return values
 
 
@@ -206,7 +218,10 @@ def cluster_config(args: argparse.Namespace) -> object:
                                  f"{config.block_bytes:,} bytes ({config.model_spec.name}, block_size "
                                  f"{config.block_size})")
         extra = {} if tier.device is None else {"device": tier.device}
-        tiers.append(ClusterTier(tier.name, blocks, policy=tier.policy, **extra))
+        try:
+            tiers.append(ClusterTier(tier.name, blocks, policy=tier.policy, **extra))
+        except ValueError as err:
+            raise ValueError(f"--tier {tier.name}: {err}") from None
     return dataclasses.replace(config, tiers=tuple(tiers))
 
 

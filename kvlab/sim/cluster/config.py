@@ -13,6 +13,7 @@ from kvlab.index.faults import FaultInjector
 from kvlab.sim.cluster.blend import BlendSpec
 from kvlab.sim.cluster.links import LINK_SHARING
 from kvlab.sim.cluster.routers import Router, get_router
+from kvlab.sim.cluster.timing import Roofline
 from kvlab.tiers.devices import DEVICES, Device, get_device
 from kvlab.tiers.models import GPU_FLOPS, ModelSpec, get_model
 from kvlab.tiers.types import WRITE_POLICIES, TierSpec
@@ -77,7 +78,8 @@ class ClusterConfig:
     Time (§6.5): model (a :class:`~kvlab.tiers.models.ModelSpec` or preset), gpu (a
         :data:`~kvlab.tiers.models.GPU_FLOPS` name), tp; time_model (``None``: ``Roofline``) —
         any object with ``step_time(StepBatch) -> StepTime``. arrival_overhead_s (α0, added to the
-        enqueue time) and output_token_overhead_s (α2, per output token on TTFT and TBT).
+        enqueue time) and output_token_overhead_s (α2, added to every token's emission time: it
+        shows in TTFT and E2E, not in the gaps between tokens).
     Tiers and transfers (C7, C8, C14): tiers (``ClusterTier`` per level under the GPU, fastest
         first), tier_write_policy (completed prompts stored at finish), host_link (host→GPU
         device), link_sharing (``fifo``/``ps``), max_kvc_ready_requests (Opal's gate, 8),
@@ -139,6 +141,8 @@ class ClusterConfig:
         for name in ("num_workers", "tp", "block_size", "max_num_batched_tokens", "max_num_seqs",
                      "max_kvc_ready_requests", "step_sample"):
             s(self, name, check_positive(name, getattr(self, name)))
+        if isinstance(self.roles, str):
+            raise ValueError(f"roles must be a sequence of role names (one per worker), got the string {self.roles!r}")
         roles = ("mixed",) * self.num_workers if self.roles is None else tuple(self.roles)
         if len(roles) != self.num_workers:
             raise ValueError(f"roles has {len(roles)} entries for num_workers={self.num_workers}")
@@ -164,6 +168,8 @@ class ClusterConfig:
         for name in ("slo_ttft_s", "slo_tbt_s"):
             s(self, name, check_real(name, getattr(self, name), low=0.0, low_open=True, optional=True))
         s(self, "seed", check_count("seed", self.seed))
+        if isinstance(self.tiers, ClusterTier) or not isinstance(self.tiers, (tuple, list)):
+            raise ValueError(f"tiers must be a tuple of ClusterTier (fastest first), got {self.tiers!r}")
         s(self, "tiers", tuple(self.tiers))
         for i, tier in enumerate(self.tiers):
             if not isinstance(tier, ClusterTier):
@@ -219,9 +225,13 @@ class ClusterConfig:
             elif name == "tiers":
                 value = [{"name": t.name, "capacity_blocks": t.capacity_blocks, "device": t.device.name,
                           "policy": t.policy} for t in value]
-            elif name == "router" and value is not None:
-                value = (get_router(value) if isinstance(value, str) else value).to_dict()
-            elif name in ("faults", "time_model") and value is not None:
+            elif name == "router":  # None: what runs (least loaded)
+                value = (get_router("least_loaded" if value is None else value) if not isinstance(value, Router)
+                         else value).to_dict()
+            elif name == "time_model":  # None: what runs (the roofline)
+                value = _options(value if value is not None else Roofline(model=self.model_spec, gpu=self.gpu,
+                                                                             tp=self.tp))
+            elif name == "faults" and value is not None:
                 value = _options(value)
             out[name] = to_jsonable(value)
         return out

@@ -154,9 +154,10 @@ class ClusterLoop:
         if self.index is not None:
             req.index_columns = self._index_columns(view_req, worker)
         need = -(-(req.input_tokens + req.output_tokens) // self.config.block_size)
-        if decision.reject or need > self.config.capacity_blocks:
+        if decision.reject or need > self.config.capacity_blocks or req.input_tokens == 0:
             req.state, req.rejected = "REJECTED", True
-            req.reject_reason = "router" if decision.reject else "does_not_fit"
+            req.reject_reason = ("router" if decision.reject else "empty_prompt" if req.input_tokens == 0
+                                 else "does_not_fit")
             self.rejected += 1
             self._tick()
             return
@@ -164,11 +165,13 @@ class ClusterLoop:
             name = decision.decode_worker or min(self.view.decode_workers,
                                                  key=lambda w: self.by_name[w].load(self.now).requests)
             req.decode_worker = self.by_name[name].index
+            self.workers[req.decode_worker].num_incoming += 1  # until its handoff arrives
         if decision.transfer_from is not None:
             blocks = min(decision.transfer_blocks, (req.input_tokens - 1) // self.config.block_size)
             req.kv_ready_tokens = blocks * self.config.block_size
             size = blocks * self.config.block_bytes
             service = self.config.network.read_time_s(size, num_ops=1 if size else 0)
+            worker.num_incoming += 1
             self._submit(worker, worker.nic, now, service, ("transfer", req, now, size, decision.transfer_from))
             return
         self._enqueue_at(worker, req, now + self.config.arrival_overhead_s)
@@ -187,6 +190,7 @@ class ClusterLoop:
 
     def _enqueue_at(self, worker: Worker, req: SimRequest, t: float) -> None:
         if t > self.now:
+            worker.num_incoming += 1
             self.pending_enqueues.append(t)
             self.push(t, ARRIVAL, worker.index, "enqueue", req)
         else:
@@ -194,6 +198,7 @@ class ClusterLoop:
 
     def _enqueue_event(self, now: float, req: SimRequest) -> None:
         self.pending_enqueues.popleft()
+        self.workers[req.worker].num_incoming -= 1
         self._enqueue(self.workers[req.worker], req, now)
 
     def _enqueue(self, worker: Worker, req: SimRequest, now: float) -> None:
@@ -291,6 +296,7 @@ class ClusterLoop:
             self._wake(worker, end)
         elif kind == "transfer":
             req.transfer_s = end - start
+            worker.num_incoming -= 1
             self._enqueue(worker, req, end)
         elif kind == "handoff":
             req.transfer_s = end - start
@@ -298,6 +304,7 @@ class ClusterLoop:
             prefill.manager.free(req.handoff_request)
             self._publish(prefill, end)
             self._wake(prefill, end)
+            worker.num_incoming -= 1
             self._enqueue(worker, req, end)
 
     # ------------------------------------------------------------------ steps

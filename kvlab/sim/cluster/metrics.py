@@ -110,6 +110,14 @@ def _stats(values: np.ndarray, prefix: str) -> dict[str, float | None]:
             f"{prefix}_p99_s": float(p99)}
 
 
+def _truth(columns: tuple[int, int, int] | None) -> dict[str, object]:
+    """The index-vs-truth columns (null without an index)."""
+    if columns is None:
+        return dict.fromkeys(("index_prefix_blocks", "true_prefix_blocks", "best_true_prefix_blocks", "wrong"))
+    return {"index_prefix_blocks": columns[0], "true_prefix_blocks": columns[1],
+            "best_true_prefix_blocks": columns[2], "wrong": columns[1] < columns[2]}
+
+
 def requests_frame(loop: object) -> pl.DataFrame:
     """One row per request (cluster_sim.md §6.8; the core columns first)."""
     cfg: ClusterConfig = loop.config
@@ -131,7 +139,8 @@ def requests_frame(loop: object) -> pl.DataFrame:
         done = r.state == "DONE"
         values = {
             "request_id": r.request_id, "arrival_s": r.arrival_s, "input_tokens": r.input_tokens,
-            "hit_blocks": -(-hit // bs), "hit_tokens": hit, "rejected": r.rejected, "reject_reason": r.reject_reason,
+            "hit_blocks": -(-hit // bs), "hit_tokens": hit, "rejected": r.rejected,
+            "reject_reason": r.reject_reason or None,
             "worker": None if r.worker is None else names[r.worker],
             "decode_worker": None if r.decode_worker is None else names[r.decode_worker],
             "predicted_ttft_s": r.predicted_ttft_s, "enqueue_s": r.enqueue_s, "first_scheduled_s": r.first_scheduled_s,
@@ -148,8 +157,7 @@ def requests_frame(loop: object) -> pl.DataFrame:
             "preemptions": r.preemptions, "recomputed_tokens": r.recomputed_tokens,
             "slo_ttft_ok": done and (cfg.slo_ttft_s is None or ttft <= cfg.slo_ttft_s),
             "slo_tbt_ok": done and (cfg.slo_tbt_s is None or not tbt.size or float(tbt.max()) <= cfg.slo_tbt_s),
-            "index_prefix_blocks": r.index_columns[0], "true_prefix_blocks": r.index_columns[1],
-            "best_true_prefix_blocks": r.index_columns[2], "wrong": r.index_columns[1] < r.index_columns[2],
+            **_truth(r.index_columns if loop.index is not None and r.worker is not None else None),
         }
         for k, v in values.items():
             rows[k].append(v)

@@ -12,7 +12,7 @@ router                 rule
 =====================  ==============================================================
 :class:`RandomRouter`  uniform over the routable workers
 :class:`RoundRobin`    in turn
-:class:`LeastLoaded`   fewest requests waiting + running (ties: lowest index; Vidur LOR)
+:class:`LeastLoaded`   fewest requests routed to a worker and not finished (ties: lowest index; Vidur LOR)
 :class:`ScorerRouter`  any :mod:`kvlab.index.scorers` scorer over the index (llm-d, Dynamo, SGLang, Opal)
 =====================  ==============================================================
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvlab.core.result import to_jsonable
-from kvlab.core.validate import check_count, check_flag, check_str
+from kvlab.core.validate import check_count, check_flag, check_real, check_str
 from kvlab.index.base import Index
 from kvlab.index.scorers import LongestPrefixScorer, Scorer, get_scorer
 from kvlab.index.select import PodLoad
@@ -61,6 +61,9 @@ class Decision:
         check_str("Decision.transfer_from", self.transfer_from, nonempty=True, optional=True)
         check_count("Decision.transfer_blocks", self.transfer_blocks)
         check_flag("Decision.reject", self.reject)
+        check_real("Decision.predicted_ttft_s", self.predicted_ttft_s, low=0.0, optional=True)
+        if self.transfer_from is not None and self.transfer_from == self.worker:
+            raise ValueError(f"Decision.transfer_from={self.transfer_from!r} is the chosen worker itself")
         if (self.transfer_from is None) != (self.transfer_blocks == 0):
             raise ValueError(f"Decision.transfer_from={self.transfer_from!r} needs transfer_blocks >= 1 and "
                              f"transfer_blocks={self.transfer_blocks} needs transfer_from")
@@ -83,10 +86,13 @@ class WorkerLoad:
     cached_blocks: int = 0
     queued_prefill_tokens: int = 0
 
+    incoming: int = 0
+
     @property
     def requests(self) -> int:
-        """Requests routed to the worker and not finished (waiting + loading + running)."""
-        return self.waiting + self.fetching + self.running
+        """Requests routed to the worker and not finished: incoming (routed, not yet queued: an
+        arrival overhead, a cache transfer or a P/D handoff on the way) + waiting + loading + running."""
+        return self.incoming + self.waiting + self.fetching + self.running
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,9 @@ def arrival_times(trace: Trace, *, time_scale: float = 1.0, rate: float | None =
     """
     time_scale = check_real("time_scale", time_scale, low=0.0, low_open=True)
     rate = check_real("rate", rate, low=0.0, low_open=True, optional=True)
+    if rate is not None and time_scale != 1.0:
+        raise ValueError(f"give rate (Poisson re-timing) or time_scale (scaled trace times), not both: "
+                         f"rate={rate}, time_scale={time_scale}")
     times = trace.frame["arrival_s"].to_numpy().astype(np.float64)
     if rate is not None:
         gaps = np.random.default_rng([seed, 0]).exponential(1.0 / rate, times.size)
