@@ -153,6 +153,8 @@ def test_bad_toml_files_exit_2(capsys, tmp_path: Path) -> None:
     (["--time-scale", "0"], "--time-scale must be a finite number > 0.0, got 0.0"),
     (["--requests", "0"], "--requests must be an integer >= 1, got 0"),
     (["--workers", "0"], "num_workers must be an integer >= 1, got 0"),
+    (["--tp", "0"], "tp must be an integer >= 1, got 0"),
+    (["--model", "Llama-3.1-405B"], "raise tp or give capacity_blocks"),
     (["--roles", "decode,decode", "--workers", "2"], "a decode worker needs a prefill worker"),
     (["--gpu", "Z80"], "gpu"),
     (["--tier", "CPU=1KiB"], "tier 'CPU': 1,024 bytes hold no block of 2,097,152 bytes"),

@@ -24,7 +24,8 @@ NOT_IN_FILE = ("time_model", "faults", "model_spec")
 TIER_KEYS = ("name", "capacity_blocks", "device", "policy")
 _SIZE = re.compile(r"([0-9][0-9_]*(?:\.[0-9]+)?)\s*([A-Za-z]*)")
 #: Command-line option → ClusterConfig field, for the options that set one.
-FLAG_FIELDS = {"workers": "num_workers", "model": "model", "gpu": "gpu", "router": "router", "roles": "roles",
+FLAG_FIELDS = {"workers": "num_workers", "model": "model", "gpu": "gpu", "tp": "tp", "router": "router",
+               "roles": "roles",
                "capacity_blocks": "capacity_blocks", "seed": "seed", "slo_ttft": "slo_ttft_s",
                "slo_tbt": "slo_tbt_s", "max_kvc_ready_requests": "max_kvc_ready_requests"}
 
@@ -106,6 +107,8 @@ def add_simulate_parser(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--workers", type=_integer, default=None, metavar="N", help="number of workers (default 1)")
     sim.add_argument("--model", default=None, help="model preset (default Llama-3.1-8B)")
     sim.add_argument("--gpu", default=None, help="GPU preset (default H100-SXM)")
+    sim.add_argument("--tp", type=_integer, default=None, metavar="N",
+                     help="tensor-parallel GPUs per worker (default 1): FLOP/s, HBM bandwidth and memory × N")
     sim.add_argument("--router", default=None, metavar="NAME",
                      help="least_loaded (default), round_robin, random, scorer, or scorer:<scorer name> "
                           "(kvlab.sim.cluster.get_router)")
