@@ -21,6 +21,7 @@ notebooks, tests and benchmarks.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import socket
@@ -41,6 +42,13 @@ from kvlab.index.types import ENGINE_KEY, KNOWN_TIERS, PodEntry
 
 #: The address llm-d's Redis backend uses when none is configured (rule L13).
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379"
+#: The client's handshake: RESP2 and no ``CLIENT SETINFO`` (redis-py 8.2 otherwise opens with
+#: ``HELLO 3`` and two ``CLIENT SETINFO`` before the first command, and falls back with a warning
+#: on a RESP2 server), so a connection's first command is kvlab's own.
+_CLIENT_OPTIONS: dict[str, object] = {"protocol": 2, "driver_info": None}  # redis-py >= 8.1
+if importlib.util.find_spec("redis.driver_info") is None:  # older: the same through lib_name / lib_version
+    _CLIENT_OPTIONS = {"protocol": 2, "lib_name": None, "lib_version": None}
+
 #: Seconds :class:`RedisIndex` waits for a server to accept its connection and answer ``PING``.
 DEFAULT_CONNECT_TIMEOUT_S = 2.0
 #: Keys asked per ``SCAN`` call by :meth:`RedisIndex.clear` (llm-d's batch).
@@ -163,8 +171,9 @@ class RedisIndex(Index):
         else:
             self.url = redis_url(url)
             try:
-                self.client = redis.Redis.from_url(self.url, socket_connect_timeout=connect_timeout_s)
-                probe = redis.Redis.from_url(self.url, socket_connect_timeout=connect_timeout_s,
+                self.client = redis.Redis.from_url(self.url, socket_connect_timeout=connect_timeout_s,
+                                                   **_CLIENT_OPTIONS)
+                probe = redis.Redis.from_url(self.url, socket_connect_timeout=connect_timeout_s, **_CLIENT_OPTIONS,
                                              socket_timeout=connect_timeout_s, retry=Retry(NoBackoff(), 0))
             except ValueError as err:  # e.g. a port that is not a number
                 raise ValueError(f"url {self.url!r}: {err}") from None
@@ -398,7 +407,7 @@ class LocalRedisServer:
         raise RuntimeError("redis-server found no free loopback port in 5 attempts")
 
     def _wait_ready(self, timeout_s: float) -> bool:
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1.0)
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=1.0, **_CLIENT_OPTIONS)
         deadline = time.monotonic() + timeout_s
         try:
             while time.monotonic() < deadline and self._process.poll() is None:
