@@ -43,7 +43,8 @@ class Conductor(Router):
         ttft_slo_s: reject (HTTP 429: a ``rejected`` row) when the predicted TTFT exceeds it.
         tbt_slo_s: reject when the predicted TBT exceeds it: one decode step of the decode
             worker with the smallest prediction (P/D; then named in the decision) or of the chosen
-            worker, its running requests plus this one, context ≈ its used blocks plus the prompt.
+            worker, over its requests (on their way, waiting, running) and this one, the context
+            ≈ its used blocks + its queued prefill tokens + the prompt.
 
     Raises:
         ValueError: a threshold or SLO not a positive real, a flag not a bool.
@@ -100,8 +101,8 @@ class Conductor(Router):
         if self.tbt_slo_s is not None:
             loads = view.loads()
             pool = view.decode_workers or [worker]
-            tbt = {d: view.estimate_decode_s(loads[d].running + 1,
-                                             loads[d].used_blocks * view.block_size + request.input_tokens)
+            tbt = {d: view.estimate_decode_s(loads[d].requests + 1, loads[d].used_blocks * view.block_size
+                                             + loads[d].queued_prefill_tokens + request.input_tokens)
                    for d in pool}
             best_decode = min(pool, key=tbt.__getitem__)
             decode = best_decode if view.decode_workers else None
