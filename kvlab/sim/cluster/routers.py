@@ -15,6 +15,9 @@ router                 rule
 :class:`LeastLoaded`   fewest requests routed to a worker and not finished (ties: lowest index; Vidur LOR)
 :class:`ScorerRouter`  any :mod:`kvlab.index.scorers` scorer over the index (llm-d, Dynamo, SGLang, Opal)
 =====================  ==============================================================
+
+Mooncake's Conductor, local cache-aware and load balancing are in
+:mod:`kvlab.sim.cluster.conductor` (registered in :data:`ROUTERS` there).
 """
 
 from __future__ import annotations
