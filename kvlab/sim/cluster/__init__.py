@@ -15,6 +15,8 @@ name                       what
 :class:`Decision`          a router's answer (worker, decode worker, transfer, reject)
 :class:`Router`            ``select(request, view, now)``; :class:`RandomRouter`,
                            :class:`RoundRobin`, :class:`LeastLoaded`, :class:`ScorerRouter`
+:class:`Conductor`         Mooncake's Algorithm 1 (C15–C17); ``allow_transfer=False``: local
+                           cache-aware; :class:`LoadBalance`: argmin queued prefill seconds
 :class:`StepBatch`         one step's prefill chunks ``(n_i, c_i)`` and decode contexts
 :class:`StepTime`          ``(step_s, prefill_s)`` of a step (C12)
 :class:`Roofline`          per-phase roofline + overheads, BLIS form (C10; default)
@@ -26,6 +28,7 @@ name                       what
 """
 
 from kvlab.sim.cluster.blend import BlendSpec
+from kvlab.sim.cluster.conductor import Conductor, LoadBalance
 from kvlab.sim.cluster.config import ClusterConfig, ClusterTier
 from kvlab.sim.cluster.links import Link
 from kvlab.sim.cluster.metrics import ClusterResult, ClusterSummary
@@ -47,6 +50,7 @@ from kvlab.sim.cluster.simulate import arrival_times, simulate
 from kvlab.sim.cluster.timing import Linear, MooncakePrefill, Roofline, StepBatch, StepTime, ZeroTime
 
 __all__ = ["ROUTERS", "BlendSpec", "ClusterConfig", "ClusterResult", "ClusterSummary", "ClusterTier",
-           "ClusterView", "Decision", "LeastLoaded", "Linear", "Link", "MooncakePrefill", "ProfileTable",
-           "RandomRouter", "RequestView", "Roofline", "RoundRobin", "Router", "ScorerRouter", "StepBatch",
+           "ClusterView", "Conductor", "Decision", "LeastLoaded", "Linear", "Link", "LoadBalance", "MooncakePrefill",
+           "ProfileTable", "RandomRouter", "RequestView", "Roofline", "RoundRobin", "Router", "ScorerRouter",
+           "StepBatch",
            "StepTime", "WorkerLoad", "ZeroTime", "arrival_times", "get_router", "simulate"]

@@ -91,7 +91,8 @@ class ClusterLoop:
         self.by_name = {w.name: w for w in self.workers}
         self.view = ClusterView(routable, decoders, self._loads, self.index,
                                 self._request_keys if self.index is not None else None, self._estimate_prefill_s,
-                                np.random.default_rng(config.seed), config.block_size)
+                                np.random.default_rng(config.seed), config.block_size,
+                                self._estimate_transfer_s, self._estimate_decode_s)
         self.done = self.rejected = 0
         self.wall_s = 0.0
 
@@ -166,13 +167,17 @@ class ClusterLoop:
                                                  key=lambda w: self.by_name[w].load(self.now).requests)
             req.decode_worker = self.by_name[name].index
             self.workers[req.decode_worker].num_incoming += 1  # until its handoff arrives
-        if decision.transfer_from is not None:
-            blocks = min(decision.transfer_blocks, (req.input_tokens - 1) // self.config.block_size)
-            req.kv_ready_tokens = blocks * self.config.block_size
-            size = blocks * self.config.block_bytes
-            service = self.config.network.read_time_s(size, num_ops=1 if size else 0)
+        bs = self.config.block_size
+        held = worker.cached_prefix_blocks(keys)
+        blocks = min(decision.transfer_blocks, (req.input_tokens - 1) // bs)  # the last token is computed
+        worker.prefill_pending[i] = self._estimate_prefill_s(req.input_tokens,
+                                                             min(max(held, blocks), (req.input_tokens - 1) // bs) * bs)
+        if blocks > held:  # the copy sends the blocks the target lacks now
+            req.kv_ready_tokens = blocks * bs
+            size = (blocks - held) * self.config.block_bytes
             worker.num_incoming += 1
-            self._submit(worker, worker.nic, now, service, ("transfer", req, now, size, decision.transfer_from))
+            self._submit(worker, worker.nic, now, self._estimate_transfer_s(blocks - held),
+                         ("transfer", req, now, size, decision.transfer_from))
             return
         self._enqueue_at(worker, req, now + self.config.arrival_overhead_s)
 
@@ -234,6 +239,18 @@ class ClusterLoop:
         if num_tokens <= cached_tokens:
             return 0.0
         return self.time_model.step_time(StepBatch(prefill=[(num_tokens - cached_tokens, cached_tokens)])).step_s
+
+    def _estimate_transfer_s(self, num_blocks: int) -> float:
+        size = num_blocks * self.config.block_bytes
+        return self.config.network.read_time_s(size, num_ops=1 if size else 0)
+
+    def _estimate_decode_s(self, num_decode: int, context_tokens: int) -> float:
+        if num_decode == 0:
+            return 0.0
+        if self._decode_times is not None:
+            return float(self._decode_times(num_decode, np.array([context_tokens]))[0])
+        each, extra = divmod(context_tokens, num_decode)
+        return self.time_model.step_time(StepBatch(decode=[each + (k < extra) for k in range(num_decode)])).step_s
 
     def _index_columns(self, request: RequestView, chosen: Worker) -> tuple[int, int, int]:
         """What the index credited the chosen worker, what it really held, the best worker's hold."""
@@ -388,6 +405,7 @@ class ClusterLoop:
             req.num_output += 1
             if req.first_token_s is None:
                 req.first_token_s = token_s
+                worker.prefill_pending.pop(req.index, None)
             else:
                 gap = token_s - req.last_token_s
                 req.tbt.append(gap)

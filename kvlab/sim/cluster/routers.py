@@ -15,6 +15,9 @@ router                 rule
 :class:`LeastLoaded`   fewest requests routed to a worker and not finished (ties: lowest index; Vidur LOR)
 :class:`ScorerRouter`  any :mod:`kvlab.index.scorers` scorer over the index (llm-d, Dynamo, SGLang, Opal)
 =====================  ==============================================================
+
+Mooncake's Conductor, local cache-aware and load balancing are in
+:mod:`kvlab.sim.cluster.conductor` (registered in :data:`ROUTERS` there).
 """
 
 from __future__ import annotations
@@ -38,9 +41,10 @@ class Decision:
     Attributes:
         worker: the worker to prefill on (a name from ``view.workers``).
         decode_worker: the decode worker (P/D); ``None``: the cluster picks the least loaded.
-        transfer_from: copy ``transfer_blocks`` prefix blocks from this worker's cache to
-            ``worker`` (priced on the network) before the request is queued there.
-        transfer_blocks: blocks to copy (>= 1 with ``transfer_from``).
+        transfer_from: copy prefix blocks from this worker's cache to ``worker`` (priced on the
+            network) before the request is queued there.
+        transfer_blocks: the request's leading blocks ``worker`` holds after the copy (>= 1 with
+            ``transfer_from``); only those it does not hold at the decision are sent (none: no copy).
         reject: refuse the request (a ``rejected`` row).
         predicted_ttft_s: the router's TTFT prediction, if it makes one (reported).
 
@@ -73,6 +77,11 @@ class Decision:
 class WorkerLoad:
     """A worker's load signal as a router sees it (taken at ``time_s``; stale between snapshots).
 
+    ``queued_prefill_s`` is the sum of the predicted prefill seconds of the requests routed to the
+    worker whose first token is not out yet (on their way, waiting, loading or prefilling): each
+    predicted once, when routed, by the time model on the prompt less the blocks the worker held
+    then (or received by a cache transfer). Mooncake Conductor's ``T_queue``.
+
     >>> WorkerLoad(0.0, waiting=2, running=3).requests
     5
     """
@@ -85,7 +94,7 @@ class WorkerLoad:
     used_blocks: int = 0
     cached_blocks: int = 0
     queued_prefill_tokens: int = 0
-
+    queued_prefill_s: float = 0.0
     incoming: int = 0
 
     @property
@@ -116,15 +125,23 @@ class ClusterView:
         index: the event-fed :class:`~kvlab.index.Index`, or ``None`` when no router needs it.
         rng: the router's seeded generator.
         block_size: engine block size, tokens.
+        estimate_prefill_s: ``(prompt tokens, cached tokens) -> seconds`` of a prefill alone on a
+            worker (the time model).
+        estimate_transfer_s: ``blocks -> seconds`` to copy that many blocks between workers (the
+            network device's read time, one operation).
+        estimate_decode_s: ``(decoding requests, their context tokens in all) -> seconds`` of one
+            decode-only step (the time model).
     """
 
     def __init__(self, workers: list[str], decode_workers: list[str], loads: Callable[[], Mapping[str, WorkerLoad]],
                  index: Index | None, request_keys: Callable[[RequestView], list[int]] | None,
-                 estimate_prefill_s: Callable[[int, int], float], rng: np.random.Generator, block_size: int) -> None:
+                 estimate_prefill_s: Callable[[int, int], float], rng: np.random.Generator, block_size: int,
+                 estimate_transfer_s: Callable[[int], float], estimate_decode_s: Callable[[int, int], float]) -> None:
         self.workers, self.decode_workers = workers, decode_workers
         self._loads, self.index, self._request_keys = loads, index, request_keys
         self.estimate_prefill_s = estimate_prefill_s
-        """``(prompt tokens, cached tokens) -> seconds`` of a prefill alone on a worker (the time model)."""
+        self.estimate_transfer_s = estimate_transfer_s
+        self.estimate_decode_s = estimate_decode_s
         self.rng = rng
         self.block_size = block_size
 

@@ -99,6 +99,7 @@ class Worker:
         self.running: list[SimRequest] = []
         self.num_fetching = 0
         self.num_incoming = 0  # routed here, not yet queued (arrival overhead, transfer, handoff)
+        self.prefill_pending: dict[int, float] = {}  # request index -> predicted prefill s, until its first token
         self.num_ready_fetched = 0  # READY after a fetch, still holding its reserved blocks (the gate)
         self.busy = False  # a step in flight
         self.wake_pending = False  # a step-start event is queued (C3)
@@ -138,7 +139,7 @@ class Worker:
         return WorkerLoad(now, waiting=len(self.waiting) - self.num_fetching, running=len(self.running),
                           fetching=self.num_fetching, free_blocks=self.free_blocks, used_blocks=self.used_blocks,
                           cached_blocks=self.cached_blocks, queued_prefill_tokens=queued,
-                          incoming=self.num_incoming)
+                          queued_prefill_s=sum(self.prefill_pending.values()), incoming=self.num_incoming)
 
     def has_work(self) -> bool:
         """Whether a step could run now (C3): running or waiting requests that are not loading."""
