@@ -175,14 +175,19 @@ def steps_frame(loop: object) -> pl.DataFrame:
     schema = dict.fromkeys(STEP_COLUMNS, pl.Int64) | {"t_start_s": pl.Float64, "dt_s": pl.Float64,
                                                       "dt_prefill_s": pl.Float64}
     frames = [pl.DataFrame(loop.step_rows, schema=schema, orient="row")]
-    for worker, num, step, t_start, dts, free in loop.step_chunks:  # decode windows (C9): decode-only steps
-        n = len(t_start)
-        zeros = np.zeros(n, dtype=np.int64)
+    chunks = loop.step_chunks  # decode windows (C9): decode-only steps, as arrays; one frame for all
+    if chunks:
+        sizes = np.array([len(c[3]) for c in chunks])
+        per_step = {name: np.repeat(np.array([c[i] for c in chunks], dtype=np.int64), sizes)
+                    for i, name in ((0, "worker"), (1, "num_decode"))}
+        zeros = np.zeros(int(sizes.sum()), dtype=np.int64)
         frames.append(pl.DataFrame({
-            "worker": np.full(n, worker), "step": step, "t_start_s": t_start, "dt_s": dts, "dt_prefill_s": np.zeros(n),
-            "num_prefill_requests": zeros, "num_prefill_tokens": zeros, "num_decode": np.full(n, num),
-            "num_running": np.full(n, num), "num_waiting": zeros, "num_fetching": zeros, "free_blocks": free,
-            "num_preempted": zeros}, schema=schema))
+            "worker": per_step["worker"], "step": np.concatenate([c[2] for c in chunks]),
+            "t_start_s": np.concatenate([c[3] for c in chunks]), "dt_s": np.concatenate([c[4] for c in chunks]),
+            "dt_prefill_s": zeros.astype(np.float64), "num_prefill_requests": zeros, "num_prefill_tokens": zeros,
+            "num_decode": per_step["num_decode"], "num_running": per_step["num_decode"], "num_waiting": zeros,
+            "num_fetching": zeros, "free_blocks": np.concatenate([c[5] for c in chunks]), "num_preempted": zeros},
+            schema=schema))
     frame = pl.concat(frames).sort("t_start_s", "worker", "step")
     capacity = loop.config.capacity_blocks
     return frame.with_columns(pl.col("worker").replace_strict(list(range(len(names))), names, return_dtype=pl.String),
