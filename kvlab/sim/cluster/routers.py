@@ -215,8 +215,8 @@ class RoundRobin(Router):
 
 
 class LeastLoaded(Router):
-    """Fewest outstanding requests (waiting + loading + running), ties to the lowest index
-    (Vidur's least-outstanding-requests global scheduler).
+    """Fewest outstanding requests (:attr:`WorkerLoad.requests`: on their way, waiting, loading,
+    running), ties to the lowest index (Vidur's least-outstanding-requests global scheduler).
 
     >>> LeastLoaded().name
     'least_loaded'
