@@ -50,8 +50,9 @@ from kvlab.hashing.llmd_hash import LlmdHasher
 from kvlab.index import PodEntry
 from kvlab.index.base import Index
 from kvlab.index.ingest import EventIngestor
+from kvlab.index.local_redis import LocalRedisServer
 from kvlab.index.memory import InMemoryIndex
-from kvlab.index.redis_index import LocalRedisServer, RedisIndex
+from kvlab.index.redis_index import RedisIndex
 
 sys.path.insert(0, str(Path(__file__).parent))
 from report import machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path

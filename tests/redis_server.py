@@ -1,7 +1,7 @@
 """Redis fixtures (a pytest plugin registered by conftest.py): one throw-away server per session.
 
 ``redis_server`` starts its own ``redis-server`` on a free loopback port
-(:class:`kvlab.index.redis_index.LocalRedisServer`) and stops it after the session. Without
+(:class:`kvlab.index.local_redis.LocalRedisServer`) and stops it after the session. Without
 ``redis-server`` the Redis tests skip with the reason, except under ``CI=true``, where
 they fail: CI must run them (``.ci/run`` installs Debian's ``redis-server``).
 ``redis_index_factory`` makes :class:`~kvlab.index.redis_index.RedisIndex` objects, each on
@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from kvlab.index.redis_index import LocalRedisServer, RedisIndex
+from kvlab.index.local_redis import LocalRedisServer
+from kvlab.index.redis_index import RedisIndex
 
 _NAMESPACES = itertools.count()
 

@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvlab.index import PodEntry
-from kvlab.index.redis_index import SCAN_BATCH_KEYS, LocalRedisServer, RedisIndex, redis_url
+from kvlab.index.local_redis import LocalRedisServer
+from kvlab.index.redis_index import SCAN_BATCH_KEYS, RedisIndex, redis_url
 
 A_GPU = '{"PodIdentifier":"pod-a","DeviceTier":"gpu","Speculative":false,"HasGroup":false,"GroupIdx":0}'
 B_CPU_G1 = '{"PodIdentifier":"pod-b","DeviceTier":"cpu","Speculative":false,"HasGroup":true,"GroupIdx":1}'

@@ -32,9 +32,10 @@ from kvlab.index.deferred import DEFAULT_MAX_DEFERRED, DeferredStores, HeldStore
 from kvlab.index.faults import Delivery, DeliveryReplay, FaultInjector
 from kvlab.index.ingest import UNKNOWN_PARENT_MODES, EventIngestor, parse_topic
 from kvlab.index.ingest_stats import DEFERRED_FATES, EventError, IngestStats, SeqGap
+from kvlab.index.local_redis import LocalRedisServer
 from kvlab.index.memory import DEFAULT_INDEX_SIZE, DEFAULT_POD_CACHE_SIZE, InMemoryIndex
 from kvlab.index.radix import ParentNotFoundError, RadixIndex
-from kvlab.index.redis_index import DEFAULT_REDIS_URL, LocalRedisServer, RedisIndex
+from kvlab.index.redis_index import DEFAULT_REDIS_URL, RedisIndex
 from kvlab.index.scorers import (
     DEFAULT_TIER_WEIGHTS,
     SCORERS,
