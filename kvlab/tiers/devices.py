@@ -176,6 +176,9 @@ DEVICES: dict[str, Device] = {
            "engines.md §8.1: RDMA NIC 200 Gb/s = 25 GB/s, ~2-5 µs one-sided (NIC line rate)"),
         _d("rdma_400gbps", 0, 50 * GB, 3e-6, 1024,
            "engines.md §8.1: RDMA NIC 400 Gb/s = 50 GB/s, ~2-5 µs one-sided (NIC line rate)"),
+        _d("rdma_4x200gbps", 0, 100 * GB, 3e-6, 1024,
+           "FAST'25 §5.1 testbed: four 200 Gb/s RDMA NICs per node, line rate 100 GB/s; latency as "
+           "rdma_400gbps"),
         _d("mooncake_te_8x400gbps", 0, 190 * GB, 3e-6, 1024,
            "engines.md §8.1: Mooncake transfer engine 190 GB/s measured on 8x400 Gb/s RoCE "
            "(FAST'25 §5.4); latency as rdma_400gbps"),

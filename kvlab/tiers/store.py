@@ -56,7 +56,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from kvlab.core.semantics import TOUCH_ORDERS
-from kvlab.core.validate import check_choice, check_positive
+from kvlab.core.validate import check_choice, check_count, check_positive
 from kvlab.tiers.events import TierEvent, to_kv_events
 from kvlab.tiers.tier import Tier
 from kvlab.tiers.types import WRITE_POLICIES, LookupResult, TieredConfig, TierSpec, check_keys
@@ -215,6 +215,21 @@ class TieredStore:
         if everything:
             self.events.append(TierEvent("all_cleared", "", ()))
         return removed
+
+    def evict(self, tier: str, num_blocks: int) -> int:
+        """Evict up to ``num_blocks`` of ``tier``'s victims now, full or not (an eviction
+        round, as Mooncake Store's ``BatchEvict`` runs at its high watermark, engines.md §5.1
+        M2); victims follow the write policy. Returns the number evicted (fewer when the rest
+        is pinned).
+
+        Raises:
+            ValueError: an unknown tier name, a negative count.
+        """
+        t = self.tiers.index(self._tier(tier))
+        victims = self.tiers[t].evict(check_count("num_blocks", num_blocks))
+        for victim in victims:
+            self._after_eviction(t, victim)
+        return len(victims)
 
     def set_capacity(self, tier: str, capacity_blocks: int | None) -> None:
         """Change a tier's capacity; victims of a shrink follow the write policy."""

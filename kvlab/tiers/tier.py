@@ -147,6 +147,25 @@ class Tier:
         self.counters.evicted_blocks += 1
         return victim
 
+    def evict(self, num_blocks: int) -> list[int]:
+        """Evict up to ``num_blocks`` policy victims now, whether or not the tier is full (an
+        eviction round); returns them in order (fewer when the rest is pinned; none in a tier
+        that never evicts).
+
+        Example:
+            >>> tier = Tier("CPU", 10, "lru")
+            >>> for k in (1, 2, 3):
+            ...     _ = tier.insert(k, k)
+            >>> tier.evict(2), sorted(tier.resident())
+            ([1, 2], [3])
+        """
+        victims: list[int] = []
+        while self.evicts and len(victims) < num_blocks and (victim := self._policy.evict()) is not None:
+            self._held.remove(victim)
+            victims.append(victim)
+        self.counters.evicted_blocks += len(victims)
+        return victims
+
     def insert(self, key: int, ref_index: int) -> list[int]:
         """Insert a block that is not resident, evicting as needed; returns the victims
         (at most one).

@@ -13,6 +13,7 @@ from kvlab.index.faults import FaultInjector
 from kvlab.sim.cluster.blend import BlendSpec
 from kvlab.sim.cluster.links import LINK_SHARING
 from kvlab.sim.cluster.routers import Router, get_router
+from kvlab.sim.cluster.tier_store import CACHE_SCOPES
 from kvlab.sim.cluster.timing import Roofline
 from kvlab.tiers.devices import DEVICES, Device, get_device
 from kvlab.tiers.models import GPU_FLOPS, ModelSpec, get_model
@@ -83,7 +84,14 @@ class ClusterConfig:
     Tiers and transfers (C7, C8, C14): tiers (``ClusterTier`` per level under the GPU, fastest
         first), tier_write_policy (completed prompts stored at finish), host_link (host→GPU
         device), link_sharing (``fifo``/``ps``), max_kvc_ready_requests (Opal's gate, 8),
-        network (device for P/D handoffs and cache transfers).
+        network (device for P/D handoffs, cache transfers and remote store reads).
+        cache_scope (C20, :mod:`~kvlab.sim.cluster.tier_store`): ``"local"`` — the tiers are each
+        worker's own; ``"global"`` — one pool of N × each tier's capacity shared by the N routable
+        workers (Mooncake Store: a block read from another worker's segment crosses the network).
+        store_high_watermark (``None``: a tier evicts only when full) and store_eviction_ratio:
+        Mooncake Store's eviction rounds — ``store_eviction_ratio`` of a tier's blocks evicted
+        at once when its usage reaches ``store_high_watermark`` of its capacity (engines.md §5.1
+        M2: 0.9 and 0.05), in either scope.
     Routing (§6.6): router (a :class:`~kvlab.sim.cluster.routers.Router` or a name of
         :data:`~kvlab.sim.cluster.routers.ROUTERS`; ``None``: ``least_loaded``),
         snapshot_interval_s (0: routers see live loads), faults (KV events to the index through a
@@ -125,6 +133,9 @@ class ClusterConfig:
     link_sharing: str = "fifo"
     max_kvc_ready_requests: int = 8
     network: Device | str = "rdma_400gbps"
+    cache_scope: str = "local"
+    store_high_watermark: float | None = None
+    store_eviction_ratio: float = 0.05
     router: object = None
     snapshot_interval_s: float = 0.0
     faults: FaultInjector | None = None
@@ -177,6 +188,12 @@ class ClusterConfig:
         if len({t.name for t in self.tiers}) != len(self.tiers):
             raise ValueError(f"tiers repeat a name: {[t.name for t in self.tiers]}")
         check_choice("tier_write_policy", self.tier_write_policy, WRITE_POLICIES)
+        check_choice("cache_scope", self.cache_scope, CACHE_SCOPES)
+        if self.cache_scope == "global" and not self.tiers:
+            raise ValueError("cache_scope='global' shares the tiers under the GPUs; give tiers (a ClusterTier)")
+        for name in ("store_high_watermark", "store_eviction_ratio"):
+            s(self, name, check_real(name, getattr(self, name), low=0.0, high=1.0, low_open=True,
+                                     optional=name == "store_high_watermark"))
         s(self, "host_link", _device("host_link", self.host_link))
         s(self, "network", _device("network", self.network))
         check_choice("link_sharing", self.link_sharing, LINK_SHARING)

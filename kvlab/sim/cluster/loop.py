@@ -26,12 +26,14 @@ from kvlab.events.types import BlockStored, EventBatch
 from kvlab.index.faults import Delivery
 from kvlab.index.ingest import EventIngestor
 from kvlab.index.memory import InMemoryIndex
+from kvlab.index.types import KNOWN_TIERS
 from kvlab.sim.cluster.coalesce import decode_window
 from kvlab.sim.cluster.config import ClusterConfig
 from kvlab.sim.cluster.links import Link
 from kvlab.sim.cluster.prompts import PromptSource
 from kvlab.sim.cluster.routers import ClusterView, Decision, LeastLoaded, RequestView, Router, WorkerLoad, get_router
 from kvlab.sim.cluster.state import SimRequest
+from kvlab.sim.cluster.tier_store import STORE_POD, build_stores
 from kvlab.sim.cluster.timing import Roofline, StepBatch, StepTime
 from kvlab.sim.cluster.worker import Plan, Worker
 from kvlab.tiers.cost import offload_time_s
@@ -61,7 +63,8 @@ class ClusterLoop:
         self.router: Router = copy.deepcopy(get_router(router) if isinstance(router, str) else router)
         if not isinstance(self.router, Router):
             raise ValueError(f"router must be a kvlab.sim.cluster Router or a router name, got {router!r}")
-        self.workers = [Worker(i, role, config, kv_events=self.router.uses_index)
+        stores = build_stores(config, publish=self.router.uses_index)
+        self.workers = [Worker(i, role, config, kv_events=self.router.uses_index, store=stores[i])
                         for i, role in enumerate(config.roles)]
         self.requests = [SimRequest(i, rid, t, n, m) for i, (rid, t, n, m) in enumerate(rows)]
         self.heap: list[tuple] = []
@@ -83,7 +86,8 @@ class ClusterLoop:
         self.index = None
         self.ingestor = None
         if self.router.uses_index:
-            self.index = InMemoryIndex()
+            known = dict.fromkeys([*KNOWN_TIERS, *(t.name.lower() for t in config.tiers)])
+            self.index = InMemoryIndex(tiers=known)
             self.ingestor = EventIngestor(self.index, block_size=config.block_size)
         self._root = self.ingestor.hasher.root_key(None) if self.ingestor else 0
         routable = [w.name for w in self.workers if w.role != "decode"]
@@ -92,9 +96,11 @@ class ClusterLoop:
         self.view = ClusterView(routable, decoders, self._loads, self.index,
                                 self._request_keys if self.index is not None else None, self._estimate_prefill_s,
                                 np.random.default_rng(config.seed), config.block_size,
-                                self._estimate_transfer_s, self._estimate_decode_s)
+                                self._estimate_transfer_s, self._estimate_decode_s,
+                                shared_pods=[STORE_POD] if config.cache_scope == "global" else [])
         self.done = self.rejected = 0
         self.wall_s = 0.0
+        self.store_seq = 0  # the global store's next KV-event seq
 
     # ------------------------------------------------------------------ heap
     def push(self, t: float, prio: int, worker: int, kind: str, payload: object) -> None:
@@ -128,6 +134,9 @@ class ClusterLoop:
         unfinished = [s for s in states if s not in ("DONE", "REJECTED")]
         if unfinished:
             raise RuntimeError(f"conservation (C4): {len(unfinished)} request(s) unfinished, e.g. {unfinished[0]}")
+        if self.ingestor is not None and self.ingestor.stats.errors:
+            raise RuntimeError(f"the index rejected {len(self.ingestor.stats.errors)} KV event(s), e.g. "
+                               f"{self.ingestor.stats.errors[0]}")
         for w in self.workers:
             if w.free_blocks != self.config.capacity_blocks or w.running or w.waiting:
                 raise RuntimeError(f"conservation (C4): {w.name} ends with {w.free_blocks} of "
@@ -261,18 +270,29 @@ class ClusterLoop:
 
     # ------------------------------------------------------------------ KV events
     def _publish(self, worker: Worker, now: float) -> None:
-        events = worker.manager.take_events()
-        if not events or self.index is None:
+        """The GPU cache's KV events (with tokens, L18), then its own store's (tier updates, L17)
+        in the same batch; the global store's as the publisher :data:`STORE_POD`."""
+        if self.index is None:
             return
         events = [dataclasses.replace(e, token_ids=self.prompts.event_tokens(list(e.block_keys_u64())))
-                  if isinstance(e, BlockStored) else e for e in events]
-        batch = EventBatch(now, events)
-        seq = worker.kv_event_seq
-        worker.kv_event_seq += 1
-        deliveries = ([Delivery(now, now, worker.name, seq, batch)] if self.faults is None
-                      else self.faults.inject([(now, worker.name, seq, batch)]))
+                  if isinstance(e, BlockStored) else e for e in worker.manager.take_events()]
+        store = worker.store
+        if store is not None and not store.shared and store.store.events:
+            events += store.take_events()
+        if events:
+            self._send(worker.name, worker.kv_event_seq, worker.index, EventBatch(now, events))
+            worker.kv_event_seq += 1
+        if store is not None and store.shared and store.store.events:
+            self._send(STORE_POD, self.store_seq, _CLUSTER, EventBatch(now, store.take_events()))
+            self.store_seq += 1
+
+    def _send(self, pod: str, seq: int, worker: int, batch: EventBatch) -> None:
+        """One batch to the index: at once, or through the fault injector (C18)."""
+        now = batch.ts
+        deliveries = ([Delivery(now, now, pod, seq, batch)] if self.faults is None
+                      else self.faults.inject([(now, pod, seq, batch)]))
         for d in deliveries:
-            self.push(d.delivered_s, KV_DELIVER, worker.index, "kv", d)
+            self.push(d.delivered_s, KV_DELIVER, worker, "kv", d)
 
     def _deliver(self, now: float, d: Delivery) -> None:  # noqa: ARG002
         self.ingestor.ingest_batch(d.pod, d.seq, d.batch)
@@ -361,13 +381,14 @@ class ClusterLoop:
     def _start_step(self, worker: Worker, now: float) -> tuple[Plan | None, float]:
         if worker.busy or not worker.has_work():
             return None, now
-        fetches: list[tuple[SimRequest, float]] = []
+        fetches: list[tuple[SimRequest, float, bool]] = []
         plan = worker.schedule(now, fetches)
         while plan.empty and plan.preempted:
             plan = worker.schedule(now, fetches)
-        for req, service in fetches:
+        for req, service, remote in fetches:  # a read from another worker's segment: the NIC
             size = sum(req.tier_hit_tokens) * self.config.model_spec.kv_bytes_per_token
-            self._submit(worker, worker.h2d, now, service, ("fetch", req, now, size, "tiers"))
+            self._submit(worker, worker.nic if remote else worker.h2d, now, service,
+                         ("fetch", req, now, size, STORE_POD if remote else "tiers"))
         if plan.empty:
             return None, now
         if plan.prefill or self._decode_times is None:

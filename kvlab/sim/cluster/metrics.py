@@ -53,10 +53,12 @@ class ClusterSummary(RunSummary):
     ``goodput_rps``: completed requests meeting both SLOs (an unset SLO always holds) per
     second of ``makespan_s`` (first arrival to last finish). Hit ratios are token shares of
     the admitted prompts: ``gpu_hit_ratio``, ``tier_hit_ratio`` (per tier), ``remote_hit_ratio``
-    (cache transfers), ``token_hit_ratio`` (all three). ``busy_share``: each worker's busy time
-    over the makespan. ``time_scale`` and ``rate``: how the trace's arrivals were re-timed
-    (:func:`~kvlab.sim.cluster.arrival_times`). ``events``: heap events processed; ``wall_s`` and
-    ``simulated_requests_per_s``: the simulator's own speed.
+    (cache transfers), ``token_hit_ratio`` (all three); ``remote_store_ratio``: the tier hits read
+    from another worker's segment of the global pool (C20; 0 in local scope). ``prefill_gpu_s``:
+    prefill GPU seconds over all workers (C12; Mooncake Fig. 10 plots its mean per request).
+    ``busy_share``: each worker's busy time over the makespan. ``time_scale`` and ``rate``: how
+    the trace's arrivals were re-timed (:func:`~kvlab.sim.cluster.arrival_times`). ``events``:
+    heap events processed; ``wall_s`` and ``simulated_requests_per_s``: the simulator's own speed.
 
     Example:
         >>> ClusterSummary.driver
@@ -78,6 +80,7 @@ class ClusterSummary(RunSummary):
     gpu_hit_ratio: float
     tier_hit_ratio: dict[str, float]
     remote_hit_ratio: float
+    remote_store_ratio: float
     ttft_mean_s: float | None
     ttft_p50_s: float | None
     ttft_p90_s: float | None
@@ -128,8 +131,9 @@ def requests_frame(loop: object) -> pl.DataFrame:
         "request_id", "arrival_s", "input_tokens", "hit_blocks", "hit_tokens", "rejected", "reject_reason", "worker",
         "decode_worker", "predicted_ttft_s", "enqueue_s", "first_scheduled_s", "fetch_s", "transfer_s",
         "first_token_s", "finish_s", "ttft_s", "e2e_s", "queue_s", "tbt_mean_s", "tbt_p99_s", "tbt_max_s",
-        "output_tokens", "gpu_hit_tokens", *[f"tier_hit_tokens_{t}" for t in tiers], "remote_hit_tokens",
-        "computed_prefill_tokens", "blend_tokens", "blend_recomputed_tokens", "preemptions", "recomputed_tokens",
+        "output_tokens", "gpu_hit_tokens", *[f"tier_hit_tokens_{t}" for t in tiers], "remote_store_tokens",
+        "remote_hit_tokens", "computed_prefill_tokens", "blend_tokens", "blend_recomputed_tokens", "preemptions",
+        "recomputed_tokens",
         "slo_ttft_ok", "slo_tbt_ok", "index_prefix_blocks", "true_prefix_blocks", "best_true_prefix_blocks", "wrong")}
     for r in loop.requests:
         tier_tokens = r.tier_hit_tokens or [0] * len(tiers)
@@ -152,6 +156,7 @@ def requests_frame(loop: object) -> pl.DataFrame:
             "tbt_max_s": float(tbt.max()) if tbt.size else None,
             "output_tokens": r.output_tokens, "gpu_hit_tokens": r.gpu_hit_tokens,
             **{f"tier_hit_tokens_{t}": tier_tokens[i] for i, t in enumerate(tiers)},
+            "remote_store_tokens": r.remote_store_tokens,
             "remote_hit_tokens": r.remote_hit_tokens, "computed_prefill_tokens": r.computed_prefill_tokens,
             "blend_tokens": r.blend_tokens, "blend_recomputed_tokens": r.blend_recomputed_tokens,
             "preemptions": r.preemptions, "recomputed_tokens": r.recomputed_tokens,
@@ -245,7 +250,7 @@ def summary(source: str, loop: object, requests: pl.DataFrame, *, time_scale: fl
         computed_prefill_tokens=int(requests["computed_prefill_tokens"].sum()),
         token_hit_ratio=share("hit_tokens"), gpu_hit_ratio=share("gpu_hit_tokens"),
         tier_hit_ratio={t.name: share(f"tier_hit_tokens_{t.name}") for t in cfg.tiers},
-        remote_hit_ratio=share("remote_hit_tokens"),
+        remote_hit_ratio=share("remote_hit_tokens"), remote_store_ratio=share("remote_store_tokens"),
         **_stats(done["ttft_s"].to_numpy(), "ttft"), **_stats(gaps, "tbt"), **_stats(done["e2e_s"].to_numpy(), "e2e"),
         goodput_rps=good / makespan if makespan > 0 else 0.0, makespan_s=makespan,
         prefill_gpu_s=sum(w.prefill_gpu_s for w in loop.workers),

@@ -131,12 +131,14 @@ class ClusterView:
             network device's read time, one operation).
         estimate_decode_s: ``(decoding requests, their context tokens in all) -> seconds`` of one
             decode-only step (the time model).
+        shared_pods: index pods every worker reads besides its own (the global store, C20).
     """
 
     def __init__(self, workers: list[str], decode_workers: list[str], loads: Callable[[], Mapping[str, WorkerLoad]],
                  index: Index | None, request_keys: Callable[[RequestView], list[int]] | None,
                  estimate_prefill_s: Callable[[int, int], float], rng: np.random.Generator, block_size: int,
-                 estimate_transfer_s: Callable[[int], float], estimate_decode_s: Callable[[int, int], float]) -> None:
+                 estimate_transfer_s: Callable[[int], float], estimate_decode_s: Callable[[int, int], float],
+                 shared_pods: list[str] | None = None) -> None:
         self.workers, self.decode_workers = workers, decode_workers
         self._loads, self.index, self._request_keys = loads, index, request_keys
         self.estimate_prefill_s = estimate_prefill_s
@@ -144,6 +146,7 @@ class ClusterView:
         self.estimate_decode_s = estimate_decode_s
         self.rng = rng
         self.block_size = block_size
+        self.shared_pods = list(shared_pods or [])
 
     def loads(self) -> Mapping[str, WorkerLoad]:
         """Every worker's :class:`WorkerLoad` (live, or the last snapshot)."""
@@ -160,9 +163,10 @@ class ClusterView:
         return self._request_keys(request)
 
     def prefix_blocks(self, request: RequestView, worker: str) -> int:
-        """The request's leading blocks the index says ``worker`` holds (any tier)."""
+        """The request's leading blocks the index says ``worker`` holds or can read (any tier, its
+        own or a shared pod's)."""
         keys = self.request_keys(request)
-        hits = self.index.lookup(keys, [worker]) if keys else {}
+        hits = self.index.lookup(keys, [worker, *self.shared_pods]) if keys else {}
         return next((i for i, key in enumerate(keys) if key not in hits), len(keys))
 
 

@@ -25,8 +25,8 @@ class SimRequest:
                  "worker", "decode_worker", "predicted_ttft_s", "rejected", "reject_reason", "enqueue_s",
                  "first_scheduled_s", "fetch_s", "transfer_s", "first_token_s", "last_token_s", "finish_s",
                  "tbt_sum_s", "tbt_max_s", "tbt", "num_output", "gpu_hit_tokens", "tier_hit_blocks",
-                 "tier_hit_tokens", "remote_hit_tokens", "computed_prefill_tokens", "preemptions",
-                 "recomputed_tokens", "kv_ready_tokens", "index_columns", "engine_keys", "handoff",
+                 "tier_hit_tokens", "remote_store_tokens", "remote_hit_tokens", "computed_prefill_tokens",
+                 "preemptions", "recomputed_tokens", "kv_ready_tokens", "index_columns", "engine_keys", "handoff",
                  "handoff_request", "admitted", "token_ids", "blend", "blend_tokens", "blend_recomputed_tokens",
                  "computed_at_preemption")
 
@@ -57,6 +57,7 @@ class SimRequest:
         self.gpu_hit_tokens = 0
         self.tier_hit_blocks: list[int] | None = None  # per tier, cached lookup (Opal O21)
         self.tier_hit_tokens: list[int] = []
+        self.remote_store_tokens = 0  # of its tier hits, tokens read from another worker's segment (C20)
         self.remote_hit_tokens = 0
         self.computed_prefill_tokens = 0
         self.preemptions = 0

@@ -28,9 +28,8 @@ from kvlab.sim.cluster.prompts import output_block_key
 from kvlab.sim.cluster.radix_manager import RadixManager
 from kvlab.sim.cluster.routers import WorkerLoad
 from kvlab.sim.cluster.state import SimRequest
+from kvlab.sim.cluster.tier_store import ClusterStore
 from kvlab.tiers.cost import fetch_time_s, tokens_to_load
-from kvlab.tiers.store import TieredStore
-from kvlab.tiers.types import TierSpec
 
 
 def _nothing() -> None:
@@ -63,6 +62,7 @@ class Worker:
         role: ``"mixed"``, ``"prefill"`` or ``"decode"``.
         config: the :class:`~kvlab.sim.cluster.config.ClusterConfig`.
         kv_events: the pool publishes KV events (only an index needs them).
+        store: the tiers under its GPU cache (its own, or the cluster's shared pool), or ``None``.
 
     Example:
         >>> w = Worker(0, "mixed", ClusterConfig(capacity_blocks=64))
@@ -70,7 +70,8 @@ class Worker:
         ('w0', 64, True)
     """
 
-    def __init__(self, index: int, role: str, config: ClusterConfig, *, kv_events: bool = True) -> None:
+    def __init__(self, index: int, role: str, config: ClusterConfig, *, kv_events: bool = True,
+                 store: ClusterStore | None = None) -> None:
         self.index, self.role, self.config = index, role, config
         self.name = f"w{index}"
         self.block_size = config.block_size
@@ -88,9 +89,8 @@ class Worker:
             self._cached_prefix = lambda keys: next((i for i, k in enumerate(keys) if not cached.get(k)), len(keys))
             self._begin_schedule = _nothing
         self.manager = manager
-        self.store = (TieredStore([TierSpec(t.name, t.capacity_blocks, t.policy) for t in config.tiers],
-                                  write_policy=config.tier_write_policy, block_size=config.block_size)
-                      if config.tiers else None)
+        self.store = store
+        self.fetch_remote = False  # the last fetch read another worker's segment (global scope)
         self.blend = WorkerBlend(config.blend) if config.blend is not None else None
         self.h2d = Link(f"{self.name}.h2d", config.link_sharing)
         self.d2h = Link(f"{self.name}.d2h", config.link_sharing)
@@ -148,7 +148,7 @@ class Worker:
     # ------------------------------------------------------------------ scheduling
     def schedule(self, now: float, fetches: list[tuple[SimRequest, float]]) -> Plan:
         """vLLM v1's step (module docstring); tier loads started go to ``fetches`` as
-        ``(request, service seconds)``."""
+        ``(request, service seconds, whether it reads another worker's segment)``."""
         self._begin_schedule()
         cfg = self.config
         plan = Plan()
@@ -227,7 +227,7 @@ class Worker:
                         self._admitted(req, now, hit, hit + need)
                         req.state = "FETCH_KVC"
                         self.num_fetching += 1
-                        fetches.append((req, self._fetch_service_s(req, hit, need)))
+                        fetches.append((req, self._fetch_service_s(req, hit, need), self.fetch_remote))
                         keep.append(req)
                         continue
                     n = self._chunk(er, budget, computed=hit)
@@ -318,25 +318,40 @@ class Worker:
             return 0
         er = req.engine
         if req.tier_hit_blocks is None:  # the tier of each prefix block (Opal O15 walk; cached, O21)
-            req.tier_hit_blocks = list(self.store.lookup(er.block_hashes[: er.num_tokens // self.block_size]).tiers)
+            req.tier_hit_blocks = list(self.store.lookup(er.block_hashes[: er.num_tokens // self.block_size]))
         tier_tokens = min(len(req.tier_hit_blocks) * self.block_size, er.num_tokens)
         return tokens_to_load(hit_tokens, tier_tokens, er.num_tokens)
 
     def _fetch_service_s(self, req: SimRequest, hit_tokens: int, need_tokens: int) -> float:
-        """Seconds to load tokens ``[hit, hit + need)``: per tier, its device then the host link (C14)."""
+        """Seconds to load tokens ``[hit, hit + need)``: per tier, its device then the host link —
+        or the network for blocks in another worker's segment of the global pool (C14, C20)."""
         bs = self.block_size
         end = hit_tokens + need_tokens
         first, last = hit_tokens // bs, -(-end // bs)
         tokens = [0] * len(self.store.tiers)
         blocks = [0] * len(self.store.tiers)
+        remote = [0] * len(self.store.tiers)
+        keys = req.engine.block_hashes
+        remote_tokens = 0
         for p in range(first, last):
             t = req.tier_hit_blocks[p]
+            n = min(bs, end - p * bs)
+            far = self.store.remote_blocks((keys[p],), self.index)
             blocks[t] += 1
-            tokens[t] += min(bs, end - p * bs)
+            tokens[t] += n
+            remote[t] += far
+            remote_tokens += far * n
         req.tier_hit_tokens = tokens
-        seconds = sum(fetch_time_s(n, self.config.block_bytes, self.config.tiers[t].device, self.config.host_link)
-                      for t, n in enumerate(blocks) if n)
-        self.store.get(req.engine.block_hashes[:last], request_id=req.index)
+        req.remote_store_tokens = remote_tokens
+        cfg = self.config
+        seconds = 0.0
+        for t, n in enumerate(blocks):
+            if n - remote[t]:
+                seconds += fetch_time_s(n - remote[t], cfg.block_bytes, cfg.tiers[t].device, cfg.host_link)
+            if remote[t]:
+                seconds += fetch_time_s(remote[t], cfg.block_bytes, cfg.tiers[t].device, cfg.network)
+        self.fetch_remote = any(remote)
+        self.store.get(keys[:last], request_id=req.index)
         return seconds
 
     def fetch_done(self, req: SimRequest) -> None:
@@ -368,5 +383,5 @@ class Worker:
         keys = req.engine_keys
         top = self.store.tiers[0]
         new = [k for k in keys if k not in top]
-        self.store.put(keys)
+        self.store.put(keys, self.index)
         return new

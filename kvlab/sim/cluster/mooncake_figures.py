@@ -1,0 +1,237 @@
+"""Mooncake FAST'25 on the timed cluster: Figure 10 (global vs local cache) and the §5.3
+scheduler comparison (Figure 5), plus the routing-staleness sweep (cluster_sim.md P1, P2, P6;
+rules C20–C22). docs/global_cache.md states every assumption and how close each number comes.
+
+The paper gives the testbed (LLaMA3-70B on 8×A800 nodes with four 200 Gb/s NICs, Store blocks
+of 256 tokens, 10 prefill nodes × 3 M tokens for Figure 10 with outputs cut to one token, 16
+nodes for §5.3) and not the rest: :class:`MooncakeSetup` marks each value it had to choose.
+Values read from the paper are :data:`PAPER_FIGURE10` and :data:`PAPER_TTFT_MEAN_S`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import polars as pl
+
+from kvlab.core.validate import check_count, check_positive, check_real
+from kvlab.sim.cluster.config import ClusterConfig, ClusterTier
+from kvlab.sim.cluster.simulate import simulate
+from kvlab.traces import Trace
+
+#: Figure 10's labels, read from the paper (FAST'25 p. 11): global/local ratios of the hit rate
+#: and of the mean prefill GPU time per request, per trace.
+PAPER_FIGURE10 = {"conversation": (2.22, 0.76), "tool&agent": (1.38, 0.74), "synthetic": (2.36, 0.52)}
+#: Figure 5's mean TTFT (s) per prefill scheduler, conversation trace, read from the paper (FAST'25 §4.2).
+PAPER_TTFT_MEAN_S = {"random": 19.65, "load_balance": 5.27, "local_cache_aware": 3.58, "conductor": 3.07}
+#: The issue's bar for Figure 10's ratios (relative error).
+FIGURE10_TOLERANCE = 0.15
+#: The §5.3 schedulers in the paper's order (kvlab router names).
+SCHEDULERS = ("random", "load_balance", "local_cache_aware", "conductor")
+
+
+@dataclass(frozen=True)
+class MooncakeSetup:
+    """The Mooncake cluster of FAST'25 §5 as kvlab simulates it (``(paper)``: read from the paper).
+
+    Args:
+        num_workers: prefill nodes (Figure 10: 10, paper; §5.3 uses :meth:`for_section53`).
+        cache_tokens: each node's DRAM cache (3 M tokens, paper §5.3.1–5.3.2).
+        gpu_cache_tokens: each node's HBM KV pool (assumed: 262,144 tokens — room for the longest
+            prompt, so the DRAM cache is "the node's cache"; ``None`` derives it from the HBM).
+        block_size: KV block size, tokens (256: Mooncake Store's, paper §5.1).
+        model, gpu, tp: a dummy LLaMA3-70B on 8×A800 (paper §5.1).
+        network: the node's NICs, 4×200 Gb/s (paper §5.1).
+        router: the scheduler (Figure 10: "nodes with higher prefix match ratios" — local
+            cache-aware, the same for both scopes, C20).
+        output_tokens: every request's output length (Figure 10: 1, paper; ``None`` keeps the trace's).
+        time_scale: arrival-time multiplier (assumed 1.0: the trace's own timestamps).
+        seed: the simulation's seed (C24).
+
+    Raises:
+        ValueError: a bad value, naming the field.
+
+    Example:
+        >>> MooncakeSetup().config("global").tiers[0].capacity_blocks
+        11718
+    """
+
+    num_workers: int = 10
+    cache_tokens: int = 3_000_000
+    gpu_cache_tokens: int | None = 262_144
+    block_size: int = 256
+    model: str = "Llama-3-70B"
+    gpu: str = "A800"
+    tp: int = 8
+    network: str = "rdma_4x200gbps"
+    router: str = "local_cache_aware"
+    output_tokens: int | None = 1
+    time_scale: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("num_workers", "cache_tokens", "block_size", "tp"):
+            check_positive(name, getattr(self, name))
+        check_positive("gpu_cache_tokens", self.gpu_cache_tokens, optional=True)
+        check_positive("output_tokens", self.output_tokens, optional=True)
+        check_real("time_scale", self.time_scale, low=0.0, low_open=True)
+        check_count("seed", self.seed)
+        if self.cache_tokens < self.block_size:
+            raise ValueError(f"cache_tokens={self.cache_tokens} holds no {self.block_size}-token block")
+
+    @classmethod
+    def for_section53(cls, **changes: object) -> MooncakeSetup:
+        """§5.3's cluster: 16 nodes of which 8 prefill (assumed: the split is not given; only the
+        prefill pool sets TTFT in P/D, so decode nodes are not simulated), the DRAM cache and
+        HBM as Figure 10, outputs cut to one token (TTFT only)."""
+        return cls(**{"num_workers": 8, **changes})
+
+    def config(self, cache_scope: str = "local", **overrides: object) -> ClusterConfig:
+        """The :class:`~kvlab.sim.cluster.ClusterConfig` of this setup (``overrides`` win)."""
+        gpu_blocks = None if self.gpu_cache_tokens is None else -(-self.gpu_cache_tokens // self.block_size)
+        base = {"num_workers": self.num_workers, "model": self.model, "gpu": self.gpu, "tp": self.tp,
+                "block_size": self.block_size, "capacity_blocks": gpu_blocks,
+                "tiers": (ClusterTier("DRAM", self.cache_tokens // self.block_size),), "cache_scope": cache_scope,
+                "network": self.network, "router": self.router, "seed": self.seed,
+                "store_high_watermark": 0.9, "store_eviction_ratio": 0.05}
+        return ClusterConfig(**{**base, **overrides})
+
+    def workload(self, trace: Trace) -> Trace:
+        """``trace`` with every output cut to :attr:`output_tokens` (unchanged when ``None``)."""
+        if self.output_tokens is None:
+            return trace
+        frame = trace.frame.with_columns(pl.lit(self.output_tokens, dtype=trace.frame["output_tokens"].dtype)
+                                         .alias("output_tokens"))
+        return Trace(frame, trace.block_size, trace.source, trace.partial_block_keyed)
+
+    def assumptions(self) -> list[str]:
+        """The values this setup chose where the paper is silent, as sentences (figure captions)."""
+        out = []
+        if self.gpu_cache_tokens is not None:
+            out.append(f"HBM KV pool {self.gpu_cache_tokens:,} tokens per node")
+        out.append(f"arrivals at the trace's timestamps x {self.time_scale:g}")
+        out.append(f"prefill time from kvlab's roofline for {self.model} on {self.tp}x{self.gpu} "
+                   "(the paper's polynomial is not given)")
+        out.append(f"scheduler {self.router}; kvcache_balancing_threshold 1.5 where used")
+        return out
+
+
+def _summary_row(result: object) -> dict[str, object]:
+    s = result.summary
+    return {"requests": s.requests, "token_hit_ratio": s.token_hit_ratio, "gpu_hit_ratio": s.gpu_hit_ratio,
+            "remote_store_ratio": s.remote_store_ratio,
+            "prefill_gpu_s_per_request": s.prefill_gpu_s / max(s.requests - s.rejected_requests, 1),
+            "ttft_mean_s": s.ttft_mean_s, "ttft_p99_s": s.ttft_p99_s, "rejected_requests": s.rejected_requests,
+            "wall_s": s.wall_s}
+
+
+def _run(points: list[tuple[dict, Trace, ClusterConfig, float]], progress: bool,
+         runner: Callable | None) -> list[dict[str, object]]:
+    """Each point's keys and summary row, in order (``runner`` maps a list of ``(trace, config,
+    time_scale)`` to results; default: one after the other here)."""
+    jobs = [(trace, config, scale) for _, trace, config, scale in points]
+    if runner is None:
+        from tqdm.auto import tqdm
+
+        results = []
+        with tqdm(total=len(jobs), unit="run", desc="simulate", disable=not progress, file=sys.stderr) as bar:
+            for trace, config, scale in jobs:
+                results.append(simulate(trace, config, time_scale=scale))
+                bar.update()
+    else:
+        results = runner(jobs)
+    return [{**keys, **_summary_row(r)} for (keys, *_), r in zip(points, results, strict=True)]
+
+
+def figure10(traces: Mapping[str, Trace], setup: MooncakeSetup | None = None, *, progress: bool = False,
+             runner: Callable | None = None) -> pl.DataFrame:
+    """Figure 10: each trace under ``cache_scope="local"`` and ``"global"``, the same scheduler.
+
+    Returns:
+        One row per (trace, scope): ``trace``, ``cache_scope`` (str), ``requests``,
+        ``token_hit_ratio``, ``gpu_hit_ratio``, ``remote_store_ratio``,
+        ``prefill_gpu_s_per_request`` (the paper's "average GPU computation time for prefill"),
+        ``ttft_mean_s``, ``ttft_p99_s``, ``rejected_requests``, ``wall_s``.
+
+    Raises:
+        ValueError: no traces, or a value that is not a Trace.
+    """
+    setup = setup or MooncakeSetup()
+    points = []
+    for name, trace in _traces(traces).items():
+        work = setup.workload(trace)
+        for scope in ("local", "global"):
+            points.append(({"trace": name, "cache_scope": scope}, work, setup.config(scope), setup.time_scale))
+    return pl.DataFrame(_run(points, progress, runner))
+
+
+def figure10_ratios(frame: pl.DataFrame, tolerance: float = FIGURE10_TOLERANCE) -> pl.DataFrame:
+    """Global/local ratios of :func:`figure10`'s frame beside the paper's.
+
+    Returns:
+        One row per (trace, metric): ``trace``, ``metric`` (``hit_rate`` or ``prefill_gpu_time``),
+        ``kvlab``, ``paper`` (null for a trace the paper does not show), ``error`` (kvlab/paper − 1),
+        ``within_tolerance`` (bool), ``paper_source``.
+    """
+    check_real("tolerance", tolerance, low=0.0)
+    rows = []
+    for name in frame["trace"].unique(maintain_order=True):
+        by = {r["cache_scope"]: r for r in frame.filter(pl.col("trace") == name).iter_rows(named=True)}
+        glob, loc = by["global"], by["local"]
+        ours = {"hit_rate": glob["token_hit_ratio"] / loc["token_hit_ratio"],
+                "prefill_gpu_time": glob["prefill_gpu_s_per_request"] / loc["prefill_gpu_s_per_request"]}
+        paper = PAPER_FIGURE10.get(name)
+        for k, metric in enumerate(ours):
+            p = None if paper is None else paper[k]
+            error = None if p is None else ours[metric] / p - 1
+            rows.append({"trace": name, "metric": metric, "kvlab": ours[metric], "paper": p, "error": error,
+                         "within_tolerance": None if error is None else abs(error) <= tolerance,
+                         "paper_source": "read from FAST'25 Figure 10 labels" if p is not None else None})
+    return pl.DataFrame(rows, schema={"trace": pl.String, "metric": pl.String, "kvlab": pl.Float64,
+                                      "paper": pl.Float64, "error": pl.Float64, "within_tolerance": pl.Boolean,
+                                      "paper_source": pl.String})
+
+
+def scheduler_comparison(trace: Trace, setup: MooncakeSetup | None = None, schedulers: Iterable[str] = SCHEDULERS,
+                         *, progress: bool = False, runner: Callable | None = None) -> pl.DataFrame:
+    """§5.3 / Figure 5: mean TTFT of each prefill scheduler on one trace (local caches, C21).
+
+    Returns:
+        One row per scheduler (in the given order): ``router``, the :func:`figure10` columns,
+        ``paper_ttft_mean_s`` (read from Figure 5; null for a router the paper does not show).
+
+    Raises:
+        ValueError: an unknown router name, an empty list.
+    """
+    setup = setup or MooncakeSetup.for_section53()
+    names = list(schedulers)
+    if not names:
+        raise ValueError("schedulers is empty: give at least one router name")
+    work = setup.workload(trace)
+    points = [({"router": n}, work, setup.config("local", router=n), setup.time_scale) for n in names]
+    frame = pl.DataFrame(_run(points, progress, runner))
+    return frame.with_columns(pl.Series("paper_ttft_mean_s", [PAPER_TTFT_MEAN_S.get(n) for n in names],
+                                        dtype=pl.Float64))
+
+
+def ordering_holds(comparison: pl.DataFrame) -> bool:
+    """Whether mean TTFT falls in the paper's order: random > load balancing > local
+    cache-aware > global cache-aware (the schedulers :func:`scheduler_comparison` ran)."""
+    ttft = dict(zip(comparison["router"], comparison["ttft_mean_s"], strict=True))
+    order = [ttft[n] for n in SCHEDULERS if n in ttft]
+    return all(a > b for a, b in zip(order, order[1:]))
+
+
+def _traces(traces: Mapping[str, Trace]) -> dict[str, Trace]:
+    if not isinstance(traces, Mapping) or not traces:
+        raise ValueError(f"traces must be a non-empty mapping of name -> Trace, got {traces!r}")
+    for name, trace in traces.items():
+        if not isinstance(trace, Trace):
+            raise ValueError(f"traces[{name!r}] must be a kvlab Trace, got {type(trace).__name__}")
+    return dict(traces)
+
+
+__all__ = ["FIGURE10_TOLERANCE", "PAPER_FIGURE10", "PAPER_TTFT_MEAN_S", "SCHEDULERS", "MooncakeSetup", "figure10",
+           "figure10_ratios", "ordering_holds", "scheduler_comparison"]
