@@ -87,6 +87,26 @@ def to_kv_events(events: Iterable[TierEvent], block_size: int) -> list[KVEvent]:
     return out
 
 
+def merge_runs(events: Iterable[TierEvent]) -> list[TierEvent]:
+    """Consecutive events of one kind between the same tiers as one event (keys in order): the
+    same state changes in the same order, in fewer messages (a store changes one block at a time).
+
+    Example:
+        >>> merge_runs([TierEvent("stored", "CPU", (1,)), TierEvent("stored", "CPU", (2,)),
+        ...             TierEvent("removed", "CPU", (1,))])[0].keys
+        (1, 2)
+    """
+    out: list[TierEvent] = []
+    for event in events:
+        last = out[-1] if out else None
+        if (last is not None and event.kind != "all_cleared" and (last.kind, last.tier, last.to_tier)
+                == (event.kind, event.tier, event.to_tier)):
+            out[-1] = TierEvent(last.kind, last.tier, last.keys + event.keys, last.to_tier)
+        else:
+            out.append(event)
+    return out
+
+
 def apply_kv_events(view: dict[str, set[int]], events: Iterable[KVEvent]) -> dict[str, set[int]]:
     """A minimal event consumer: per medium, the set of block keys the events say are
     there (what an index fed by the events sees). Updates ``view`` in place and returns it.

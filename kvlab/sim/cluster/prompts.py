@@ -160,7 +160,7 @@ class PromptSource:
         out = [memo[k] for k in engine_keys[:known]]
         if known < len(engine_keys):  # the rest in one chain from the last known key
             rest = engine_keys[known:]
-            tokens = block_tokens(rest, self.block_size).ravel().tolist()
+            tokens = block_tokens(rest, self.block_size).ravel()
             keys = hasher.block_hashes(tokens, parent_key=out[-1] if out else root)
             memo.update(zip(rest, keys))
             out.extend(keys)

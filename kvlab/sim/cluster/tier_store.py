@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvlab.core.validate import check_real
+from kvlab.tiers.events import merge_runs, to_kv_events
 from kvlab.tiers.store import TieredStore
 from kvlab.tiers.types import TierSpec
 
@@ -122,7 +123,7 @@ class ClusterStore:
 
     def take_events(self) -> list:
         """The KV events since the last call (``medium`` = tier name), oldest first."""
-        events = self.store.kv_events()
+        events = to_kv_events(merge_runs(self.store.events), self.store.block_size)
         self.store.events.clear()
         return events
 

@@ -1,0 +1,99 @@
+"""Charts of the global-cache experiments in :mod:`kvlab.sim.cluster.mooncake_figures`: FAST'25
+Figure 10 (global vs local cache), Figure 5 (§5.3 schedulers) and the staleness sweep (C22)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import altair as alt
+import polars as pl
+
+from kvlab.viz.figures import _need
+
+_SCOPE_COLORS = alt.Scale(domain=["local", "global"], range=["#9ecae1", "#08519c"])
+
+
+def _caption(title: str, notes: Sequence[str]) -> alt.TitleParams:
+    return alt.TitleParams(title, subtitle=list(notes), subtitleFontSize=11, fontSize=16)
+
+
+def figure10_chart(frame: pl.DataFrame, ratios: pl.DataFrame, notes: Sequence[str] = ()) -> alt.HConcatChart:
+    """Token hit rate and mean prefill GPU time per request, local vs global cache, per trace,
+    each pair labelled "×ours (paper ×p)" — FAST'25 Figure 10.
+
+    Args:
+        frame: :func:`~kvlab.sim.cluster.mooncake_figures.figure10`.
+        ratios: :func:`~kvlab.sim.cluster.mooncake_figures.figure10_ratios` of it.
+        notes: the assumptions, shown under the title (``MooncakeSetup.assumptions()``).
+
+    Raises:
+        ValueError: missing columns.
+    """
+    _need(frame, {"trace", "cache_scope", "token_hit_ratio", "prefill_gpu_s_per_request"})
+    _need(ratios, {"trace", "metric", "kvlab", "paper"})
+    labels = ratios.with_columns(label=pl.when(pl.col("paper").is_null())
+                                 .then(pl.format("x{}", pl.col("kvlab").round(2)))
+                                 .otherwise(pl.format("x{} (paper x{})", pl.col("kvlab").round(2), pl.col("paper"))))
+    panels = []
+    for metric, column, title, fmt in (("hit_rate", "token_hit_ratio", "cache hit rate", ".0%"),
+                                       ("prefill_gpu_time", "prefill_gpu_s_per_request",
+                                        "prefill GPU time per request (s)", ".2f")):
+        top = frame.group_by("trace", maintain_order=True).agg(pl.col(column).max().alias("top"))
+        text = labels.filter(pl.col("metric") == metric).join(top, on="trace")
+        x = alt.X("trace:N", title=None, sort=None, axis=alt.Axis(labelAngle=0, labelFontSize=13))
+        bars = alt.Chart(frame).mark_bar().encode(
+            x=x, xOffset=alt.XOffset("cache_scope:N", sort=["local", "global"]),
+            y=alt.Y(f"{column}:Q", title=title, axis=alt.Axis(format=fmt, titleFontSize=13)),
+            color=alt.Color("cache_scope:N", title="cache", scale=_SCOPE_COLORS, sort=["local", "global"]),
+            tooltip=["trace:N", "cache_scope:N", alt.Tooltip(f"{column}:Q", format=".4f")])
+        label = alt.Chart(text).mark_text(dy=-10, fontSize=13).encode(x=x, y="top:Q", text="label:N")
+        panels.append(alt.layer(bars, label).properties(width=320, height=260))
+    return alt.hconcat(*panels).properties(title=_caption("FAST'25 Figure 10 on kvlab's timed cluster: "
+                                                          "global vs local cache", notes))
+
+
+def scheduler_chart(comparison: pl.DataFrame, notes: Sequence[str] = ()) -> alt.LayerChart:
+    """Mean TTFT per prefill scheduler, ours beside the paper's (hollow bars, read from FAST'25
+    Figure 5), each bar labelled with its seconds.
+
+    Args:
+        comparison: :func:`~kvlab.sim.cluster.mooncake_figures.scheduler_comparison`.
+        notes: the assumptions, shown under the title.
+
+    Raises:
+        ValueError: missing columns.
+    """
+    _need(comparison, {"router", "ttft_mean_s", "paper_ttft_mean_s"})
+    long = comparison.select("router", pl.col("ttft_mean_s").alias("kvlab"),
+                             pl.col("paper_ttft_mean_s").alias("paper (FAST'25 Fig. 5)")).unpivot(
+        index="router", variable_name="source", value_name="ttft_mean_s").drop_nulls("ttft_mean_s")
+    order = comparison["router"].to_list()
+    x = alt.X("router:N", title=None, sort=order, axis=alt.Axis(labelAngle=0, labelFontSize=13))
+    base = alt.Chart(long).encode(
+        x=x, xOffset=alt.XOffset("source:N"),
+        y=alt.Y("ttft_mean_s:Q", title="mean TTFT (s)", axis=alt.Axis(titleFontSize=13)),
+        color=alt.Color("source:N", title=None, scale=alt.Scale(range=["#08519c", "#bdbdbd"])),
+        tooltip=["router:N", "source:N", alt.Tooltip("ttft_mean_s:Q", format=".2f")])
+    text = base.mark_text(dy=-8, fontSize=12).encode(text=alt.Text("ttft_mean_s:Q", format=".2f"))
+    return alt.layer(base.mark_bar(), text).properties(
+        width=520, height=300, title=_caption("FAST'25 §5.3 schedulers on the conversation trace", notes))
+
+
+def staleness_chart(frame: pl.DataFrame, metric: str = "ttft_p99_s") -> alt.Chart:
+    """TTFT p99 (or another ``metric`` column) against the load-snapshot interval, one line per
+    KV-event delay (cluster_sim.md C22).
+
+    Args:
+        frame: :func:`~kvlab.sim.cluster.mooncake_figures.staleness_sweep`.
+        metric: the column on the y axis.
+
+    Raises:
+        ValueError: missing columns.
+    """
+    _need(frame, {"snapshot_interval_s", "event_delay_s", metric})
+    return alt.Chart(frame).mark_line(point=True).encode(
+        x=alt.X("snapshot_interval_s:Q", title="load snapshot interval (s)"),
+        y=alt.Y(f"{metric}:Q", title=metric.replace("_", " ")),
+        color=alt.Color("event_delay_s:O", title="KV event delay (s)"),
+        tooltip=["snapshot_interval_s:Q", "event_delay_s:Q", alt.Tooltip(f"{metric}:Q", format=".3f")],
+    ).properties(width=420, height=260, title="Routing on stale signals (C22)")
