@@ -58,7 +58,7 @@ def test_workload_cuts_outputs_to_one_token(small) -> None:
 
 
 def test_figure10_ratios_arithmetic() -> None:
-    frame = pl.DataFrame({"trace": ["conversation", "conversation", "mine", "mine"],
+    frame = pl.DataFrame({"trace": ["conversation", "conversation", "mine", "mine"], "router": ["r"] * 4,
                           "cache_scope": ["local", "global", "local", "global"],
                           "token_hit_ratio": [0.2, 0.444, 0.5, 0.5],
                           "prefill_gpu_s_per_request": [2.0, 1.52, 1.0, 1.0]})
@@ -76,7 +76,8 @@ def test_figure10_ratios_arithmetic() -> None:
 def test_figure10_runs_both_scopes_with_one_router(small) -> None:
     setup, trace = small
     frame = figure10({"conversation": trace}, setup)
-    assert frame.select("trace", "cache_scope").rows() == [("conversation", "local"), ("conversation", "global")]
+    assert frame.select("trace", "router", "cache_scope").rows() == [("conversation", "local_cache_aware", "local"),
+                                                                     ("conversation", "local_cache_aware", "global")]
     local, glob = frame.iter_rows(named=True)
     assert glob["token_hit_ratio"] >= local["token_hit_ratio"]
     assert local["remote_store_ratio"] == 0.0 and glob["remote_store_ratio"] > 0
@@ -138,15 +139,17 @@ def test_figure10_rejects_bad_traces() -> None:
         figure10({})
     with pytest.raises(ValueError, match=r"traces\['x'\] must be a kvlab Trace"):
         figure10({"x": [1, 2]})
+    with pytest.raises(ValueError, match="routers is empty"):
+        figure10({"x": load_trace("conversation").head(5)}, routers=[])
 
 
 def test_charts_take_the_frames() -> None:
     from kvlab.viz.global_cache_charts import figure10_chart, scheduler_chart, staleness_chart
 
-    frame = pl.DataFrame({"trace": ["conversation"] * 2, "cache_scope": ["local", "global"],
+    frame = pl.DataFrame({"trace": ["conversation"] * 2, "router": ["r"] * 2, "cache_scope": ["local", "global"],
                           "token_hit_ratio": [0.2, 0.44], "prefill_gpu_s_per_request": [2.0, 1.5]})
     spec = figure10_chart(frame, figure10_ratios(frame), ["an assumption"]).to_dict()
-    assert spec["title"]["subtitle"] == ["an assumption"] and len(spec["hconcat"]) == 2
+    assert spec["title"]["subtitle"] == ["an assumption"] and len(spec["vconcat"][0]["hconcat"]) == 2
     comp = pl.DataFrame({"router": ["random", "conductor"], "ttft_mean_s": [9.0, 2.0],
                          "paper_ttft_mean_s": [19.65, 3.07]})
     assert scheduler_chart(comp).to_dict()["layer"][0]["mark"]["type"] == "bar"

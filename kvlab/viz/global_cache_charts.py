@@ -17,9 +17,9 @@ def _caption(title: str, notes: Sequence[str]) -> alt.TitleParams:
     return alt.TitleParams(title, subtitle=list(notes), subtitleFontSize=11, fontSize=16)
 
 
-def figure10_chart(frame: pl.DataFrame, ratios: pl.DataFrame, notes: Sequence[str] = ()) -> alt.HConcatChart:
+def figure10_chart(frame: pl.DataFrame, ratios: pl.DataFrame, notes: Sequence[str] = ()) -> alt.VConcatChart:
     """Token hit rate and mean prefill GPU time per request, local vs global cache, per trace,
-    each pair labelled "×ours (paper ×p)" — FAST'25 Figure 10.
+    each pair labelled "×ours (paper ×p)" — FAST'25 Figure 10; one row of panels per router.
 
     Args:
         frame: :func:`~kvlab.sim.cluster.mooncake_figures.figure10`.
@@ -29,27 +29,31 @@ def figure10_chart(frame: pl.DataFrame, ratios: pl.DataFrame, notes: Sequence[st
     Raises:
         ValueError: missing columns.
     """
-    _need(frame, {"trace", "cache_scope", "token_hit_ratio", "prefill_gpu_s_per_request"})
-    _need(ratios, {"trace", "metric", "kvlab", "paper"})
+    _need(frame, {"trace", "router", "cache_scope", "token_hit_ratio", "prefill_gpu_s_per_request"})
+    _need(ratios, {"trace", "router", "metric", "kvlab", "paper"})
     labels = ratios.with_columns(label=pl.when(pl.col("paper").is_null())
                                  .then(pl.format("x{}", pl.col("kvlab").round(2)))
                                  .otherwise(pl.format("x{} (paper x{})", pl.col("kvlab").round(2), pl.col("paper"))))
-    panels = []
-    for metric, column, title, fmt in (("hit_rate", "token_hit_ratio", "cache hit rate", ".0%"),
-                                       ("prefill_gpu_time", "prefill_gpu_s_per_request",
-                                        "prefill GPU time per request (s)", ".2f")):
-        top = frame.group_by("trace", maintain_order=True).agg(pl.col(column).max().alias("top"))
-        text = labels.filter(pl.col("metric") == metric).join(top, on="trace")
-        x = alt.X("trace:N", title=None, sort=None, axis=alt.Axis(labelAngle=0, labelFontSize=13))
-        bars = alt.Chart(frame).mark_bar().encode(
-            x=x, xOffset=alt.XOffset("cache_scope:N", sort=["local", "global"]),
-            y=alt.Y(f"{column}:Q", title=title, axis=alt.Axis(format=fmt, titleFontSize=13)),
-            color=alt.Color("cache_scope:N", title="cache", scale=_SCOPE_COLORS, sort=["local", "global"]),
-            tooltip=["trace:N", "cache_scope:N", alt.Tooltip(f"{column}:Q", format=".4f")])
-        label = alt.Chart(text).mark_text(dy=-10, fontSize=13).encode(x=x, y="top:Q", text="label:N")
-        panels.append(alt.layer(bars, label).properties(width=320, height=260))
-    return alt.hconcat(*panels).properties(title=_caption("FAST'25 Figure 10 on kvlab's timed cluster: "
-                                                          "global vs local cache", notes))
+    rows = []
+    for router in frame["router"].unique(maintain_order=True):
+        runs = frame.filter(pl.col("router") == router)
+        panels = []
+        for metric, column, title, fmt in (("hit_rate", "token_hit_ratio", "cache hit rate", ".0%"),
+                                           ("prefill_gpu_time", "prefill_gpu_s_per_request",
+                                            "prefill GPU time / request (s)", ".2f")):
+            top = runs.group_by("trace", maintain_order=True).agg(pl.col(column).max().alias("top"))
+            text = labels.filter((pl.col("metric") == metric) & (pl.col("router") == router)).join(top, on="trace")
+            x = alt.X("trace:N", title=None, sort=None, axis=alt.Axis(labelAngle=0, labelFontSize=13))
+            bars = alt.Chart(runs).mark_bar().encode(
+                x=x, xOffset=alt.XOffset("cache_scope:N", sort=["local", "global"]),
+                y=alt.Y(f"{column}:Q", title=title, axis=alt.Axis(format=fmt, titleFontSize=13)),
+                color=alt.Color("cache_scope:N", title="cache", scale=_SCOPE_COLORS, sort=["local", "global"]),
+                tooltip=["trace:N", "router:N", "cache_scope:N", alt.Tooltip(f"{column}:Q", format=".4f")])
+            label = alt.Chart(text).mark_text(dy=-10, fontSize=13).encode(x=x, y="top:Q", text="label:N")
+            panels.append(alt.layer(bars, label).properties(width=320, height=220))
+        rows.append(alt.hconcat(*panels).properties(title=alt.TitleParams(f"scheduler: {router}", fontSize=14)))
+    return alt.vconcat(*rows).properties(title=_caption("FAST'25 Figure 10 on kvlab's timed cluster: "
+                                                        "global vs local cache", notes))
 
 
 def scheduler_chart(comparison: pl.DataFrame, notes: Sequence[str] = ()) -> alt.LayerChart:

@@ -91,8 +91,9 @@ class MooncakeSetup:
     def for_section53(cls, **changes: object) -> MooncakeSetup:
         """§5.3's cluster: 16 nodes of which 8 prefill (assumed: the split is not given; only the
         prefill pool sets TTFT in P/D, so decode nodes are not simulated), the DRAM cache and
-        HBM as Figure 10, outputs cut to one token (TTFT only)."""
-        return cls(**{"num_workers": 8, **changes})
+        HBM as Figure 10, outputs cut to one token (TTFT only), the Conductor's threshold 1.1
+        (the best of 1.1, 1.25, 1.5, 2.0 swept on the conversation trace: docs/global_cache.md)."""
+        return cls(**{"num_workers": 8, "kvcache_balancing_threshold": 1.1, **changes})
 
     def config(self, cache_scope: str = "local", **overrides: object) -> ClusterConfig:
         """The :class:`~kvlab.sim.cluster.ClusterConfig` of this setup (``overrides`` win; the router
@@ -157,12 +158,13 @@ def _run(points: list[tuple[dict, Trace, ClusterConfig, float]], progress: bool,
     return [{**keys, **_summary_row(r)} for (keys, *_), r in zip(points, results, strict=True)]
 
 
-def figure10(traces: Mapping[str, Trace], setup: MooncakeSetup | None = None, *, progress: bool = False,
-             runner: Callable | None = None) -> pl.DataFrame:
-    """Figure 10: each trace under ``cache_scope="local"`` and ``"global"``, the same scheduler.
+def figure10(traces: Mapping[str, Trace], setup: MooncakeSetup | None = None, routers: Iterable[str] | None = None,
+             *, progress: bool = False, runner: Callable | None = None) -> pl.DataFrame:
+    """Figure 10: each trace under ``cache_scope="local"`` and ``"global"``, the same scheduler
+    for both (C20); ``routers`` (default: the setup's) repeats it per scheduler.
 
     Returns:
-        One row per (trace, scope): ``trace``, ``cache_scope`` (str), ``requests``,
+        One row per (trace, router, scope): ``trace``, ``router``, ``cache_scope`` (str), ``requests``,
         ``token_hit_ratio``, ``gpu_hit_ratio``, ``remote_store_ratio``,
         ``prefill_gpu_s_per_request`` (the paper's "average GPU computation time for prefill"),
         ``ttft_mean_s``, ``ttft_p99_s``, ``rejected_requests``, ``wall_s``.
@@ -171,11 +173,16 @@ def figure10(traces: Mapping[str, Trace], setup: MooncakeSetup | None = None, *,
         ValueError: no traces, or a value that is not a Trace.
     """
     setup = setup or MooncakeSetup()
+    names = [setup.router] if routers is None else list(routers)
+    if not names:
+        raise ValueError("routers is empty: give at least one router name")
     points = []
     for name, trace in _traces(traces).items():
         work = setup.workload(trace)
-        for scope in ("local", "global"):
-            points.append(({"trace": name, "cache_scope": scope}, work, setup.config(scope), setup.time_scale))
+        for router in names:
+            for scope in ("local", "global"):
+                points.append(({"trace": name, "router": router, "cache_scope": scope}, work,
+                               setup.config(scope, router=router), setup.time_scale))
     return pl.DataFrame(_run(points, progress, runner))
 
 
@@ -183,14 +190,16 @@ def figure10_ratios(frame: pl.DataFrame, tolerance: float = FIGURE10_TOLERANCE) 
     """Global/local ratios of :func:`figure10`'s frame beside the paper's.
 
     Returns:
-        One row per (trace, metric): ``trace``, ``metric`` (``hit_rate`` or ``prefill_gpu_time``),
+        One row per (trace, router, metric): ``trace``, ``router``, ``metric`` (``hit_rate`` or
+        ``prefill_gpu_time``),
         ``kvlab``, ``paper`` (null for a trace the paper does not show), ``error`` (kvlab/paper − 1),
         ``within_tolerance`` (bool), ``paper_source``.
     """
     check_real("tolerance", tolerance, low=0.0)
     rows = []
-    for name in frame["trace"].unique(maintain_order=True):
-        by = {r["cache_scope"]: r for r in frame.filter(pl.col("trace") == name).iter_rows(named=True)}
+    for name, router in frame.select("trace", "router").unique(maintain_order=True).iter_rows():
+        by = {r["cache_scope"]: r for r in frame.filter((pl.col("trace") == name) & (pl.col("router") == router))
+              .iter_rows(named=True)}
         glob, loc = by["global"], by["local"]
         ours = {"hit_rate": glob["token_hit_ratio"] / loc["token_hit_ratio"],
                 "prefill_gpu_time": glob["prefill_gpu_s_per_request"] / loc["prefill_gpu_s_per_request"]}
@@ -198,10 +207,12 @@ def figure10_ratios(frame: pl.DataFrame, tolerance: float = FIGURE10_TOLERANCE) 
         for k, metric in enumerate(ours):
             p = None if paper is None else paper[k]
             error = None if p is None else ours[metric] / p - 1
-            rows.append({"trace": name, "metric": metric, "kvlab": ours[metric], "paper": p, "error": error,
+            rows.append({"trace": name, "router": router, "metric": metric, "kvlab": ours[metric], "paper": p,
+                         "error": error,
                          "within_tolerance": None if error is None else abs(error) <= tolerance,
                          "paper_source": "read from FAST'25 Figure 10 labels" if p is not None else None})
-    return pl.DataFrame(rows, schema={"trace": pl.String, "metric": pl.String, "kvlab": pl.Float64,
+    return pl.DataFrame(rows, schema={"trace": pl.String, "router": pl.String, "metric": pl.String,
+                                      "kvlab": pl.Float64,
                                       "paper": pl.Float64, "error": pl.Float64, "within_tolerance": pl.Boolean,
                                       "paper_source": pl.String})
 
