@@ -32,6 +32,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from functools import partial
 
 #: What ``executor`` may be, for the error message.
 EXECUTORS_HELP = ("None, 'serial', 'processes', a concurrent.futures.Executor, a dask.distributed Client "
@@ -141,7 +142,7 @@ def _run_dask(client: object, fn: Callable, items: Sequence[object], trace: obje
     shared = client.scatter(trace, broadcast=True, hash=False)
     futures = [client.submit(fn, item, shared, pure=False) for item in items]
     try:
-        return _collect(dask_as_completed, futures, bar)
+        return _collect(partial(dask_as_completed, loop=client.loop), futures, bar)  # not the default client's
     finally:
         client.cancel([*futures, shared])  # finished: frees the results and the trace on the workers
 
