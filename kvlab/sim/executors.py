@@ -6,8 +6,10 @@ executors, one helper each:
 =============================  ==================================================================
 executor                       how the trace reaches the runs
 =============================  ==================================================================
+``None``                       the sweep's default: threads (:func:`kvlab.sim.sweep`: shared
+                               by the threads, its kernels release the GIL) or ``"processes"``
+                               (:func:`kvlab.sim.cluster.sweep`); ``"serial"`` on one CPU
 ``"serial"``                   this process, in grid order
-``"threads"``                  a thread pool here: shared (for kernels that release the GIL)
 ``"processes"``                ``spawn``-ed worker processes, one per CPU: sent once each,
                                through the pool's initializer
 a ``concurrent.futures``       with every task (the executor is the caller's: kvlab neither
@@ -93,6 +95,12 @@ def run_tasks(fn: Callable[[object, object], object], items: Sequence[object], t
 
     Raises:
         ValueError: an executor of another kind (before any run starts); and whatever a run raises.
+
+    Example:
+        >>> run_tasks(pow, [1, 2, 3], 2, "serial", default="threads")  # pow(item, trace)
+        [1, 4, 9]
+        >>> run_tasks(pow, [1, 2, 3], 2, None, default="threads")
+        [1, 4, 9]
     """
     check_executor(executor)
     workers = min(os.cpu_count() or 1, len(items))
