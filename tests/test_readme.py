@@ -129,4 +129,4 @@ def test_cluster_sweep_example_prints_one_row_per_point(readme_run) -> None:
     assert points.select("num_workers", "router").rows() == [(1, "random"), (1, "least_loaded"), (2, "random"),
                                                              (2, "least_loaded")]
     assert points["completed_requests"].to_list() == [50] * 4
-    assert sum("│ random " in line or "│ least_loaded " in line for line in output_of(printed, "cluster_sweep(")) == 4
+    assert sum("┆ random " in line or "┆ least_loaded " in line for line in output_of(printed, "cluster_sweep(")) == 4
