@@ -11,6 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 
+import distributed
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
@@ -22,8 +23,6 @@ from kvlab.sim.cluster import BlendSpec, ClusterConfig, ClusterSummary, ClusterT
 from kvlab.sim.cluster import sweep as cluster_sweep
 from kvlab.sim.cluster.sweep import SWEEP_METRICS, grid_points
 from kvlab.traces import Trace
-
-distributed = pytest.importorskip("distributed")
 
 #: The simulator's own speed: the only columns two runs of one point may differ in.
 WALL_COLUMNS = ["wall_s", "simulated_requests_per_s"]
