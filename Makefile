@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_tiers.py --out out/bench/bench_tiers.json
 	$(BIN)/python benchmarks/bench_import.py --out out/bench/bench_import.json
 	$(BIN)/python benchmarks/bench_cluster.py --out out/bench/bench_cluster.json
+	$(BIN)/python benchmarks/bench_sweep_dask.py --out out/bench/bench_sweep_dask.json
 
 ## make lab — JupyterLab on the notebooks (as root, how containers and workshop VMs run, with --allow-root)
 lab: $(STAMP)

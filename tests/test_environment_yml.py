@@ -17,11 +17,13 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Checked on anaconda.org/conda-forge: python-xxhash ("Python binding for xxHash"; conda-forge's
 #: xxhash is the C library, 0.8.x), msgpack-python, redis-py (conda-forge's redis is the server),
 #: blake3 ("Python bindings for the Rust blake3 crate"), hiredis ("Python wrapper for hiredis").
+#: dask[distributed]: conda-forge's ``distributed`` (it requires dask-core of its own version, as
+#: the PyPI extra pins distributed to dask's).
 CONDA_NAMES = {
     "numpy": "numpy", "numba": "numba", "polars": "polars", "altair": "altair",
     "vl-convert-python": "vl-convert-python", "ipywidgets": "ipywidgets", "anywidget": "anywidget",
     "tqdm": "tqdm", "cbor2": "cbor2", "xxhash": "python-xxhash", "blake3": "blake3",
-    "msgpack": "msgpack-python", "redis": "redis-py", "hiredis": "hiredis",
+    "msgpack": "msgpack-python", "redis": "redis-py", "hiredis": "hiredis", "dask[distributed]": "distributed",
     "pytest": "pytest", "hypothesis": "hypothesis", "nbmake": "nbmake", "jupyterlab": "jupyterlab",
     "pyyaml": "pyyaml", "ruff": "ruff",
 }
@@ -30,8 +32,8 @@ CONDA_ONLY = {"redis-server"}
 
 
 def split(requirement: str) -> tuple[str, str]:
-    """``"redis>=5.0"`` → ``("redis", ">=5.0")``."""
-    name = re.match(r"[A-Za-z0-9._-]+", requirement).group(0)
+    """``"redis>=5.0"`` → ``("redis", ">=5.0")``; extras stay with the name (``"dask[distributed]"``)."""
+    name = re.match(r"[A-Za-z0-9._-]+(\[[A-Za-z0-9,._-]+\])?", requirement).group(0)
     return name, requirement[len(name):]
 
 

@@ -43,6 +43,14 @@ def test_kvlab_help_loads_no_notebook_library() -> None:
     assert not kvlab_modules_after(code) & {"kvlab.sim", "kvlab.viz", "kvlab.ui", "kvlab.index"}
 
 
+def test_local_sweeps_do_not_load_dask() -> None:
+    code = ("from kvlab.sim import sweep\nfrom kvlab.sim.cluster import sweep as cluster_sweep\n"
+            "from kvlab.traces import load_trace\ntrace = load_trace('conversation').head(5)\n"
+            "sweep(trace, [10], executor='serial')\n"
+            "cluster_sweep(trace, {'num_workers': [1]}, executor='serial')")
+    assert not loaded_after(code) & {"dask", "distributed"}
+
+
 def test_the_validation_helpers_and_semantics_do_not_load_polars() -> None:
     assert "polars" not in loaded_after("from kvlab.core.validate import check_int\n"
                                         "from kvlab.core import TOUCH_ORDERS")

@@ -121,3 +121,12 @@ def test_hashing_example_builds_keys_and_traces(readme_run) -> None:
     assert not set(namespace["salted"]) & set(namespace["vllm_keys"])
     assert namespace["vllm_trace"].frame["block_keys"].list.len().to_list() == [6, 3]
     assert namespace["coarse"].block_size == 32
+
+
+def test_cluster_sweep_example_prints_one_row_per_point(readme_run) -> None:
+    namespace, printed = readme_run
+    points = namespace["points"]
+    assert points.select("num_workers", "router").rows() == [(1, "random"), (1, "least_loaded"), (2, "random"),
+                                                             (2, "least_loaded")]
+    assert points["completed_requests"].to_list() == [50] * 4
+    assert sum("┆ random " in line or "┆ least_loaded " in line for line in output_of(printed, "cluster_sweep(")) == 4

@@ -45,6 +45,12 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _scheduler_address(text: str) -> str:
+    if "://" not in text:
+        raise argparse.ArgumentTypeError(f"expected a Dask scheduler address like tcp://HOST:PORT, got {text!r}")
+    return text
+
+
 def parse_capacities(text: str) -> list[int | None]:
     """``"1000:100000:20"`` → 20 log-spaced capacities from 1,000 to 100,000 (inclusive,
     rounded, duplicates dropped); ``"1000,5000,unbounded"`` → that list.
@@ -181,7 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="prefix: every block a cache entry (default); vllm: vLLM v1's block pool one request "
                           "at a time (full blocks only, last-token rule; requests larger than the pool are "
                           "rejected, column rejected_requests)")
-    swp.add_argument("--serial", action="store_true", help="run in this process (default: all CPUs)")
+    where = swp.add_mutually_exclusive_group()
+    where.add_argument("--serial", action="store_true", help="run in this process (default: all CPUs)")
+    where.add_argument("--scheduler", type=_scheduler_address, metavar="tcp://HOST:PORT",
+                       help="run on the workers of this Dask scheduler, the trace sent to each once "
+                            "(each worker needs this kvlab version; docs/sweeps.md)")
     swp.add_argument("--json", action="store_true", help="print the rows as one JSON array")
     swp.add_argument("--out", type=_out_dir, metavar="DIR",
                      help="write sweep.parquet, sweep.csv and hit_ratio_vs_capacity.png/.html")
@@ -307,9 +317,15 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     prepare_out(args.out)
     trace = load_trace_argument(args.trace, block_size=args.block_size)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    frame = sweep(trace, args.capacities, policies, touch_order=args.touch_order,
-                  warmup_fraction=args.warmup_fraction, mode=args.mode, hit_semantics=args.hit_semantics,
-                  executor="serial" if args.serial else None, progress=sys.stderr.isatty())
+    executor = args.scheduler or ("serial" if args.serial else None)
+    try:
+        frame = sweep(trace, args.capacities, policies, touch_order=args.touch_order,
+                      warmup_fraction=args.warmup_fraction, mode=args.mode, hit_semantics=args.hit_semantics,
+                      executor=executor, progress=sys.stderr.isatty())
+    except OSError as err:  # the scheduler unreachable (a timeout is an OSError too)
+        if args.scheduler is None:
+            raise
+        raise ValueError(f"--scheduler {args.scheduler}: {err}") from err
     if args.out is not None:
         from kvlab.viz import hit_ratio_curve, save_chart
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import numpy as np
 
@@ -173,6 +173,27 @@ def check_choice(name: str, value: object, choices: Collection[str]) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
     return value
+
+
+def check_list(name: str, values: object) -> list:
+    """``values`` (any iterable but a string) as a non-empty ``list``, iterated once.
+
+    Raises:
+        ValueError: a string, a non-iterable or an empty iterable (names ``name`` and the value).
+
+    Example:
+        >>> check_list("capacities_blocks", range(2))
+        [0, 1]
+        >>> check_list("policies", [])
+        Traceback (most recent call last):
+        ValueError: policies is empty: give at least one
+    """
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ValueError(f"{name} must be a list, got {values!r}")
+    values = list(values)
+    if not values:
+        raise ValueError(f"{name} is empty: give at least one")
+    return values
 
 
 def check_str(name: str, value: object, *, nonempty: bool = False, optional: bool = False) -> str | None:

@@ -4,7 +4,8 @@
 name                       what
 =========================  ======================================================================
 :func:`replay`             one trace through one cache → a :class:`kvlab.core.RunResult`
-:func:`sweep`              a grid of capacities × policies → one row per run (in parallel)
+:func:`sweep`              a grid of capacities × policies → one row per run, in parallel on
+                           threads, processes or Dask (:mod:`kvlab.sim.executors`)
 :func:`mrc`                LRU hit ratio at every capacity in one pass (Mattson; SHARDS sampling)
 :func:`replay_reference`   plain-Python replay over a policy's reference class (oracle)
 :mod:`kvlab.sim.kernel`    the numba driver shared by every policy

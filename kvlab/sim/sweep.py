@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import sys
 from collections.abc import Iterable
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures import Executor
 
 import polars as pl
 
+from kvlab.core.validate import check_list
+from kvlab.sim.executors import check_executor, run_tasks
 from kvlab.sim.replay import ReplayConfig, run_kernel, summarize
 from kvlab.traces import Trace
 
@@ -21,16 +20,8 @@ SWEEP_SCHEMA = {"policy": pl.String, "capacity_blocks": pl.Int64, "block_hit_rat
                 "mode": pl.String, "hit_semantics": pl.String, "touch_order": pl.String,
                 "warmup_fraction": pl.Float64, "source": pl.String}
 
-_WORKER_TRACE: Trace | None = None  # the trace a pool worker replays (set by its initializer)
 
-
-def _init_worker(trace: Trace) -> None:
-    global _WORKER_TRACE
-    _WORKER_TRACE = trace
-
-
-def _run_config(config: ReplayConfig, trace: Trace | None = None) -> dict[str, object]:
-    trace = _WORKER_TRACE if trace is None else trace
+def _run_config(config: ReplayConfig, trace: Trace) -> dict[str, object]:
     s = summarize(trace, config, run_kernel(trace, config))
     return {"source": s.source, "policy": config.policy, "mode": config.mode, "hit_semantics": config.hit_semantics,
             "touch_order": config.touch_order, "warmup_fraction": config.warmup_fraction,
@@ -42,7 +33,7 @@ def _run_config(config: ReplayConfig, trace: Trace | None = None) -> dict[str, o
 def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Iterable[str] | str = ("lru",), *,
           touch_order: str = "head_most_recent", warmup_fraction: float = 0.0, mode: str = "prefix",
           free_order: str | None = None, hit_semantics: str = "prefix", track_orphans: bool = False,
-          executor: Executor | str | None = None, progress: bool = False) -> pl.DataFrame:
+          executor: Executor | str | object | None = None, progress: bool = False) -> pl.DataFrame:
     """Replay ``trace`` at every (policy, capacity) pair.
 
     Args:
@@ -57,8 +48,11 @@ def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Itera
             the conversation trace 0.014 s with threads vs 2.2 s with processes; a 10 M
             reference trace 0.17 s vs 3.6 s); ``"processes"`` uses worker processes (one
             per CPU, each receives the trace once and compiles its kernels — for policy
-            kernels that hold the GIL); ``"serial"`` runs in this process; or any
-            ``concurrent.futures.Executor`` (its tasks carry the trace).
+            kernels that hold the GIL); ``"serial"`` runs in this process; any
+            ``concurrent.futures.Executor`` (its tasks carry the trace); a
+            ``dask.distributed.Client``, or a Dask scheduler's address ``"tcp://HOST:PORT"``
+            (a client connected for the sweep and closed after it): the trace is scattered
+            to every Dask worker once (``docs/sweeps.md``; :mod:`kvlab.sim.executors`).
         progress: a progress bar over the runs.
 
     Returns:
@@ -73,12 +67,12 @@ def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Itera
 
     Raises:
         ValueError: an invalid or empty capacity or policy list, an invalid option or
-            executor.
+            executor (before any run starts).
 
     With ``executor="processes"`` every worker imports kvlab afresh (``spawn``): a
     plug-in policy must be registered at import of a module the workers import too —
     one registered in a notebook cell or under ``if __name__ == "__main__"`` is unknown
-    there. Threads (the default) see every registered policy.
+    there (the same holds on Dask workers). Threads (the default) see every registered policy.
 
     Example:
         >>> from kvlab.traces import chat_sessions, ChatWorkload
@@ -89,62 +83,12 @@ def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Itera
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
-    capacities = _nonempty_list("capacities_blocks", capacities_blocks)  # iterated once per policy
-    policies = [policies] if isinstance(policies, str) else _nonempty_list("policies", policies)
+    capacities = check_list("capacities_blocks", capacities_blocks)  # iterated once per policy
+    policies = [policies] if isinstance(policies, str) else check_list("policies", policies)
+    check_executor(executor)
     configs = [ReplayConfig(policy=p, capacity_blocks=c, touch_order=touch_order, warmup_fraction=warmup_fraction,
                             mode=mode, free_order=free_order, hit_semantics=hit_semantics,
                             track_orphans=track_orphans)
                for p in policies for c in capacities]
-    rows = _run_all(trace, configs, executor, progress)
+    rows = run_tasks(_run_config, configs, trace, executor, default="threads", progress=progress)
     return pl.DataFrame(rows, schema=SWEEP_SCHEMA)
-
-
-def _nonempty_list(name: str, values: object) -> list:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise ValueError(f"{name} must be a list, got {values!r}")
-    values = list(values)
-    if not values:
-        raise ValueError(f"{name} is empty: give at least one")
-    return values
-
-
-def _run_all(trace: Trace, configs: list[ReplayConfig], executor: Executor | str | None,
-             progress: bool) -> list[dict[str, object]]:
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(configs), unit="run", desc="sweep", file=sys.stderr)
-    try:
-        workers = min(os.cpu_count() or 1, len(configs))
-        if executor == "serial" or (executor is None and workers < 2):
-            rows = []
-            for config in configs:
-                rows.append(_run_config(config, trace))
-                if bar is not None:
-                    bar.update()
-            return rows
-        if executor is None:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                return _gather([pool.submit(_run_config, c, trace) for c in configs], bar)
-        if executor == "processes":
-            with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                     initializer=_init_worker, initargs=(trace,)) as pool:
-                return _gather([pool.submit(_run_config, c) for c in configs], bar)
-        if not isinstance(executor, Executor):
-            raise ValueError(f"executor must be None, 'serial', 'processes' or a concurrent.futures.Executor, "
-                             f"got {executor!r}")
-        return _gather([executor.submit(_run_config, c, trace) for c in configs], bar)
-    finally:
-        if bar is not None:
-            bar.close()
-
-
-def _gather(futures: list, bar: object) -> list[dict[str, object]]:
-    index = {f: i for i, f in enumerate(futures)}
-    rows: list[dict[str, object] | None] = [None] * len(futures)
-    for future in as_completed(futures):
-        rows[index[future]] = future.result()
-        if bar is not None:
-            bar.update()
-    return rows

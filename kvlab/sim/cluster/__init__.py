@@ -9,6 +9,8 @@ E2E, hits per tier and prefill GPU time. Rules C1–C24 are cluster_sim.md §6.9
 name                       what
 =========================  =============================================================
 :func:`simulate`           a trace through the cluster → :class:`ClusterResult`
+:func:`sweep`              ``simulate`` over a grid of configurations, one row per point, on
+                           local processes or a Dask cluster (``docs/sweeps.md``)
 :class:`ClusterConfig`     workers, engine limits, time model, tiers, links, router, SLOs
 :class:`ClusterTier`       a tier under every worker's GPU cache
 :class:`BlendSpec`         CacheBlend (non-prefix chunk reuse) on every worker
@@ -47,10 +49,11 @@ from kvlab.sim.cluster.routers import (
     get_router,
 )
 from kvlab.sim.cluster.simulate import arrival_times, simulate
+from kvlab.sim.cluster.sweep import sweep
 from kvlab.sim.cluster.timing import Linear, MooncakePrefill, Roofline, StepBatch, StepTime, ZeroTime
 
 __all__ = ["ROUTERS", "BlendSpec", "ClusterConfig", "ClusterResult", "ClusterSummary", "ClusterTier",
            "ClusterView", "Conductor", "Decision", "LeastLoaded", "Linear", "Link", "LoadBalance", "MooncakePrefill",
            "ProfileTable", "RandomRouter", "RequestView", "Roofline", "RoundRobin", "Router", "ScorerRouter",
            "StepBatch",
-           "StepTime", "WorkerLoad", "ZeroTime", "arrival_times", "get_router", "simulate"]
+           "StepTime", "WorkerLoad", "ZeroTime", "arrival_times", "get_router", "simulate", "sweep"]
