@@ -209,15 +209,11 @@ def test_grid_points_orders() -> None:
         ["router", "num_workers"], [{"router": "random"}, {"num_workers": 2}, {}])
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: ClusterConfig stores its normalised roles, so replacing "
-                                       "num_workers on a given config fails (kvlab/sim/cluster/config.py)")
 def test_a_base_config_takes_a_new_worker_count() -> None:
     assert config_with(ClusterConfig, ClusterConfig(capacity_blocks=20_000), {"num_workers": 2}).roles == (
         "mixed", "mixed")
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: ClusterConfig stores the capacity it derived, so replacing "
-                                       "model/tp/gpu on a given config keeps the old one (config.py)")
 def test_a_base_config_derives_its_capacity_again() -> None:
     replaced = config_with(ClusterConfig, ClusterConfig(), {"model": "Llama-3.1-70B", "tp": 4})
     assert replaced.capacity_blocks == ClusterConfig(model="Llama-3.1-70B", tp=4).capacity_blocks

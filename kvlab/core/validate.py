@@ -258,7 +258,8 @@ def rng_from_seed(name: str, seed: object) -> np.random.Generator:
 
 def config_with(kind: type, config: object, overrides: Mapping[str, object]) -> object:
     """``config`` (an instance of the dataclass ``kind``, or ``None`` for its defaults) with the
-    keyword ``overrides`` replacing its fields; the new instance validates itself.
+    keyword ``overrides`` replacing its fields (through its own ``replace`` method when it has
+    one, e.g. to derive defaults again); the new instance validates itself.
 
     Raises:
         ValueError: ``config`` of another type, or an override that names no field of ``kind``
@@ -282,4 +283,7 @@ def config_with(kind: type, config: object, overrides: Mapping[str, object]) -> 
     unknown = sorted(set(overrides) - set(names))
     if unknown:
         raise ValueError(f"{kind.__name__} has no field {unknown[0]!r}; fields: {sorted(names)}")
-    return dataclasses.replace(config, **overrides) if config is not None else kind(**overrides)
+    if config is None:
+        return kind(**overrides)
+    rebuild = getattr(config, "replace", None)  # a config that derives fields rebuilds itself
+    return rebuild(**overrides) if callable(rebuild) else dataclasses.replace(config, **overrides)

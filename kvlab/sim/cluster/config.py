@@ -5,7 +5,7 @@ One frozen dataclass, checked on construction; ``ValueError`` names the field an
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from kvlab.core.result import to_jsonable
 from kvlab.core.validate import check_choice, check_count, check_flag, check_positive, check_real, check_str
@@ -149,6 +149,7 @@ class ClusterConfig:
 
     def __post_init__(self) -> None:
         s = object.__setattr__
+        s(self, "_given", {"roles": self.roles, "capacity_blocks": self.capacity_blocks})  # before defaults
         for name in ("num_workers", "tp", "block_size", "max_num_batched_tokens", "max_num_seqs",
                      "max_kvc_ready_requests", "step_sample"):
             s(self, name, check_positive(name, getattr(self, name)))
@@ -210,6 +211,18 @@ class ClusterConfig:
         if self.capacity_blocks is None:
             s(self, "capacity_blocks", self._hbm_blocks())
         s(self, "capacity_blocks", check_positive("capacity_blocks", self.capacity_blocks))
+
+    def replace(self, **changes: object) -> ClusterConfig:
+        """This configuration with ``changes``; ``roles`` and ``capacity_blocks`` left to their
+        defaults (``None``) are derived again (from the new ``num_workers``, model, GPU, tp),
+        which ``dataclasses.replace`` would not do.
+
+        Example:
+            >>> ClusterConfig(capacity_blocks=100).replace(num_workers=2).roles
+            ('mixed', 'mixed')
+        """
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        return ClusterConfig(**{**values, **self._given, **changes})
 
     @property
     def block_bytes(self) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -269,7 +269,7 @@ def staleness_sweep(trace: Trace, config: ClusterConfig, snapshot_intervals_s: I
     if not intervals or not delays:
         raise ValueError("snapshot_intervals_s and event_delays_s need at least one value each")
     points = [({"event_delay_s": d, "snapshot_interval_s": i}, trace,
-               replace(config, snapshot_interval_s=i, faults=FaultInjector(delay_s=d) if d else None), time_scale)
+               config.replace(snapshot_interval_s=i, faults=FaultInjector(delay_s=d) if d else None), time_scale)
               for d in delays for i in intervals]
     return pl.DataFrame(_run(points, progress, runner))
 
