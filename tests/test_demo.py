@@ -59,7 +59,7 @@ def test_figures_show_a_step_per_trace_and_figure(tmp_path: Path, capsys, monkey
     import kvlab.cli.figures
 
     monkeypatch.setattr(kvlab.cli.figures, "load_trace", lambda name: synthetic.head(120))
-    monkeypatch.setattr(kvlab.cli.figures, "process_runner", kvlab.cli.figures.serial_runner)  # no spawn here
+    monkeypatch.setattr(kvlab.cli.figures, "CLUSTER_EXECUTOR", "serial")  # no process spawns here
     assert main(["figures", "--out", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     steps = [step.split("  ")[0].rstrip(":") for step in err.replace("\r", "\n").splitlines() if step.strip()]

@@ -75,7 +75,7 @@ def test_figure10_ratios_arithmetic() -> None:
 
 def test_figure10_runs_both_scopes_with_one_router(small) -> None:
     setup, trace = small
-    frame = figure10({"conversation": trace}, setup)
+    frame = figure10({"conversation": trace}, setup, executor="serial")
     assert frame.select("trace", "router", "cache_scope").rows() == [("conversation", "local_cache_aware", "local"),
                                                                      ("conversation", "local_cache_aware", "global")]
     local, glob = frame.iter_rows(named=True)
@@ -95,7 +95,7 @@ def test_ordering_holds_reads_the_papers_order() -> None:
 def test_scheduler_comparison_keeps_every_router_row(small) -> None:
     setup, trace = small
     frame = scheduler_comparison(trace.head(120), MooncakeSetup.for_section53(num_workers=3),
-                                 ["random", "local_cache_aware"])
+                                 ["random", "local_cache_aware"], executor="serial")
     assert frame["router"].to_list() == ["random", "local_cache_aware"]
     assert frame["paper_ttft_mean_s"].to_list() == [19.65, 3.58]
     assert (frame["requests"] == 120).all()
@@ -116,7 +116,8 @@ def test_zero_staleness_is_the_fresh_index_exactly(small) -> None:
 def test_staleness_sweep_grid_order(small) -> None:
     setup, trace = small
     work = setup.workload(trace.head(100))
-    frame = staleness_sweep(work, setup.config("local", router="conductor"), (0.0, 0.5), (0.0, 2.0))
+    frame = staleness_sweep(work, setup.config("local", router="conductor"), (0.0, 0.5), (0.0, 2.0),
+                            executor="serial")
     assert frame.select("event_delay_s", "snapshot_interval_s").rows() == [(0.0, 0.0), (0.0, 0.5), (2.0, 0.0),
                                                                            (2.0, 0.5)]
     with pytest.raises(ValueError, match="snapshot_intervals_s"):

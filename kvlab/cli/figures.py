@@ -22,12 +22,8 @@ shows its progress on stderr (a tqdm bar, one step per trace and per figure).
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import polars as pl
 
@@ -69,26 +65,9 @@ FIGURE10_ROUTERS = ("local_cache_aware", "load_balance")
 WRITE_STEPS = ("cache_ratio", "figure9", "table1", "figure10", "figure5")
 
 
-def _summary_of(job: tuple) -> SimpleNamespace:
-    """One cluster run in a worker process; only its summary comes back."""
-    from kvlab.sim.cluster import simulate
-
-    trace, config, time_scale = job
-    return SimpleNamespace(summary=simulate(trace, config, time_scale=time_scale).summary)
-
-
-def serial_runner(jobs: list[tuple]) -> list[SimpleNamespace]:
-    """Run cluster simulations ``(trace, config, time_scale)`` here, one after the other."""
-    return [_summary_of(job) for job in jobs]
-
-
-def process_runner(jobs: list[tuple]) -> list[SimpleNamespace]:
-    """Run cluster simulations ``(trace, config, time_scale)`` one process per CPU (spawn)."""
-    workers = max(1, min(os.cpu_count() or 1, len(jobs)))
-    if workers == 1:
-        return serial_runner(jobs)
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(_summary_of, jobs))
+#: Where the cluster runs go (:func:`kvlab.sim.cluster.sweep`'s ``executor``; ``None``: one
+#: process per CPU).
+CLUSTER_EXECUTOR: object = None
 
 
 def compute_figures(bar: object = None) -> MooncakeFigures:
@@ -114,10 +93,10 @@ def compute_figures(bar: object = None) -> MooncakeFigures:
     table1 = mf.table1_shape(traces["conversation"])
     bar.update()
     bar.set_description(next(steps))
-    runs = cmf.figure10(traces, routers=FIGURE10_ROUTERS, runner=process_runner)
+    runs = cmf.figure10(traces, routers=FIGURE10_ROUTERS, executor=CLUSTER_EXECUTOR)
     bar.update()
     bar.set_description(next(steps))
-    figure5 = cmf.scheduler_comparison(traces["conversation"], runner=process_runner).drop("wall_s").with_columns(
+    figure5 = cmf.scheduler_comparison(traces["conversation"], executor=CLUSTER_EXECUTOR).drop("wall_s").with_columns(
         paper_source=pl.when(pl.col("paper_ttft_mean_s").is_not_null()).then(pl.lit("read from FAST'25 Figure 5")))
     bar.update()
     return MooncakeFigures(cache_ratio=cache_ratio, figure9=curves, shares=mf.share_at_3m_tokens(curves),

@@ -10,8 +10,7 @@ Values read from the paper are :data:`PAPER_FIGURE10` and :data:`PAPER_TTFT_MEAN
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import polars as pl
@@ -20,7 +19,7 @@ from kvlab.core.validate import check_count, check_positive, check_real
 from kvlab.index.faults import FaultInjector
 from kvlab.sim.cluster.conductor import Conductor
 from kvlab.sim.cluster.config import ClusterConfig, ClusterTier
-from kvlab.sim.cluster.simulate import simulate
+from kvlab.sim.cluster.sweep import sweep as cluster_sweep
 from kvlab.traces import Trace
 
 #: Figure 10's labels, read from the paper (FAST'25 p. 11): global/local ratios of the hit rate
@@ -131,35 +130,20 @@ class MooncakeSetup:
         return out
 
 
-def _summary_row(result: object) -> dict[str, object]:
-    s = result.summary
-    return {"requests": s.requests, "token_hit_ratio": s.token_hit_ratio, "gpu_hit_ratio": s.gpu_hit_ratio,
-            "remote_store_ratio": s.remote_store_ratio,
-            "prefill_gpu_s_per_request": s.prefill_gpu_s / max(s.requests - s.rejected_requests, 1),
-            "ttft_mean_s": s.ttft_mean_s, "ttft_p99_s": s.ttft_p99_s, "rejected_requests": s.rejected_requests,
-            "wall_s": s.wall_s}
-
-
-def _run(points: list[tuple[dict, Trace, ClusterConfig, float]], progress: bool,
-         runner: Callable | None) -> list[dict[str, object]]:
-    """Each point's keys and summary row, in order (``runner`` maps a list of ``(trace, config,
-    time_scale)`` to results; default: one after the other here)."""
-    jobs = [(trace, config, scale) for _, trace, config, scale in points]
-    if runner is None:
-        from tqdm.auto import tqdm
-
-        results = []
-        with tqdm(total=len(jobs), unit="run", desc="simulate", disable=not progress, file=sys.stderr) as bar:
-            for trace, config, scale in jobs:
-                results.append(simulate(trace, config, time_scale=scale))
-                bar.update()
-    else:
-        results = runner(jobs)
-    return [{**keys, **_summary_row(r)} for (keys, *_), r in zip(points, results, strict=True)]
+def _sweep(trace: Trace, config: ClusterConfig, keys: list[dict[str, object]], points: list[dict[str, object]],
+           time_scale: float, executor: object, progress: bool) -> pl.DataFrame:
+    """``keys`` (the row labels) beside the figure's metrics of each point's run (a cluster sweep)."""
+    frame = cluster_sweep(trace, points, config=config, executor=executor, progress=progress, time_scale=time_scale)
+    metrics = frame.select(
+        "requests", "token_hit_ratio", "gpu_hit_ratio", "remote_store_ratio",
+        (pl.col("prefill_gpu_s") / pl.max_horizontal(pl.col("requests") - pl.col("rejected_requests"), pl.lit(1)))
+        .alias("prefill_gpu_s_per_request"),
+        "ttft_mean_s", "ttft_p99_s", "rejected_requests", "wall_s")
+    return pl.concat([pl.DataFrame(keys), metrics], how="horizontal")
 
 
 def figure10(traces: Mapping[str, Trace], setup: MooncakeSetup | None = None, routers: Iterable[str] | None = None,
-             *, progress: bool = False, runner: Callable | None = None) -> pl.DataFrame:
+             *, executor: object = None, progress: bool = False) -> pl.DataFrame:
     """Figure 10: each trace under ``cache_scope="local"`` and ``"global"``, the same scheduler
     for both (C20); ``routers`` (default: the setup's) repeats it per scheduler.
 
@@ -176,14 +160,13 @@ def figure10(traces: Mapping[str, Trace], setup: MooncakeSetup | None = None, ro
     names = [setup.router] if routers is None else list(routers)
     if not names:
         raise ValueError("routers is empty: give at least one router name")
-    points = []
+    frames = []
     for name, trace in _traces(traces).items():
-        work = setup.workload(trace)
-        for router in names:
-            for scope in ("local", "global"):
-                points.append(({"trace": name, "router": router, "cache_scope": scope}, work,
-                               setup.config(scope, router=router), setup.time_scale))
-    return pl.DataFrame(_run(points, progress, runner))
+        keys = [{"trace": name, "router": r, "cache_scope": s} for r in names for s in ("local", "global")]
+        points = [{"cache_scope": k["cache_scope"], "router": setup.config(router=k["router"]).router} for k in keys]
+        frames.append(_sweep(setup.workload(trace), setup.config(), keys, points, setup.time_scale, executor,
+                             progress))
+    return pl.concat(frames)
 
 
 def figure10_ratios(frame: pl.DataFrame, tolerance: float = FIGURE10_TOLERANCE) -> pl.DataFrame:
@@ -218,8 +201,9 @@ def figure10_ratios(frame: pl.DataFrame, tolerance: float = FIGURE10_TOLERANCE) 
 
 
 def scheduler_comparison(trace: Trace, setup: MooncakeSetup | None = None, schedulers: Iterable[str] = SCHEDULERS,
-                         *, progress: bool = False, runner: Callable | None = None) -> pl.DataFrame:
-    """§5.3 / Figure 5: mean TTFT of each prefill scheduler on one trace (local caches, C21).
+                         *, executor: object = None, progress: bool = False) -> pl.DataFrame:
+    """§5.3 / Figure 5: mean TTFT of each prefill scheduler on one trace (local caches, C21);
+    ``executor`` as :func:`figure10`.
 
     Returns:
         One row per scheduler (in the given order): ``router``, the :func:`figure10` columns,
@@ -232,9 +216,9 @@ def scheduler_comparison(trace: Trace, setup: MooncakeSetup | None = None, sched
     names = list(schedulers)
     if not names:
         raise ValueError("schedulers is empty: give at least one router name")
-    work = setup.workload(trace)
-    points = [({"router": n}, work, setup.config("local", router=n), setup.time_scale) for n in names]
-    frame = pl.DataFrame(_run(points, progress, runner))
+    points = [{"router": setup.config(router=n).router} for n in names]
+    frame = _sweep(setup.workload(trace), setup.config(), [{"router": n} for n in names], points, setup.time_scale,
+                   executor, progress)
     return frame.with_columns(pl.Series("paper_ttft_mean_s", [PAPER_TTFT_MEAN_S.get(n) for n in names],
                                         dtype=pl.Float64))
 
@@ -248,12 +232,13 @@ def ordering_holds(comparison: pl.DataFrame) -> bool:
 
 
 def staleness_sweep(trace: Trace, config: ClusterConfig, snapshot_intervals_s: Iterable[float] = (0.0, 0.01, 0.1),
-                    event_delays_s: Iterable[float] = (0.0, 0.1), *, time_scale: float = 1.0, progress: bool = False,
-                    runner: Callable | None = None) -> pl.DataFrame:
+                    event_delays_s: Iterable[float] = (0.0, 0.1), *, time_scale: float = 1.0,
+                    executor: object = None, progress: bool = False) -> pl.DataFrame:
     """C22: one run per (KV-event delay, load-snapshot interval) — the index sees each batch
     ``delay`` seconds late (a :class:`~kvlab.index.FaultInjector` on the simulated clock), the
     router's loads are refreshed every ``interval`` (0: live). BLIS reports TTFT p99 +14 % at a
-    10 ms refresh and +354 % at 100 ms on its workload (P6: qualitative only here).
+    10 ms refresh and +354 % at 100 ms on its workload (P6: qualitative only here). ``executor``
+    as :func:`figure10`.
 
     Returns:
         One row per point, delays outer: ``event_delay_s``, ``snapshot_interval_s``, then the
@@ -268,10 +253,10 @@ def staleness_sweep(trace: Trace, config: ClusterConfig, snapshot_intervals_s: I
     delays = [check_real("event_delays_s", v, low=0.0) for v in event_delays_s]
     if not intervals or not delays:
         raise ValueError("snapshot_intervals_s and event_delays_s need at least one value each")
-    points = [({"event_delay_s": d, "snapshot_interval_s": i}, trace,
-               config.replace(snapshot_interval_s=i, faults=FaultInjector(delay_s=d) if d else None), time_scale)
-              for d in delays for i in intervals]
-    return pl.DataFrame(_run(points, progress, runner))
+    keys = [{"event_delay_s": d, "snapshot_interval_s": i} for d in delays for i in intervals]
+    points = [{"snapshot_interval_s": k["snapshot_interval_s"],
+               "faults": FaultInjector(delay_s=k["event_delay_s"]) if k["event_delay_s"] else None} for k in keys]
+    return _sweep(trace, config, keys, points, time_scale, executor, progress)
 
 
 def _traces(traces: Mapping[str, Trace]) -> dict[str, Trace]:
