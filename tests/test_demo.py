@@ -58,12 +58,18 @@ def test_figures_show_a_step_per_trace_and_figure(tmp_path: Path, capsys, monkey
     """Issue 14 item 18: `kvlab figures` (79 s) printed nothing until the end. Here on a small trace."""
     import kvlab.cli.figures
 
-    monkeypatch.setattr(kvlab.cli.figures, "load_trace", lambda name: synthetic.head(300))
+    monkeypatch.setattr(kvlab.cli.figures, "load_trace", lambda name: synthetic.head(120))
+    monkeypatch.setattr(kvlab.cli.figures, "process_runner", kvlab.cli.figures.serial_runner)  # no spawn here
     assert main(["figures", "--out", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     steps = [step.split("  ")[0].rstrip(":") for step in err.replace("\r", "\n").splitlines() if step.strip()]
     expected = ["loading conversation", "loading synthetic", "Figure 9 curves", "Table 2 cache ratios",
-                "Table 1 shape", "writing cache_ratio (png, svg, csv)", "writing figure9 (png, svg, csv)",
-                "writing table1 (png, svg, csv)"]
+                "Table 1 shape", "Figure 10 (cluster)", "Figure 5 schedulers (cluster)",
+                "writing cache_ratio (png, svg, csv)", "writing figure9 (png, svg, csv)",
+                "writing table1 (png, svg, csv)", "writing figure10 (png, svg, csv)", "writing figure5 (png, svg, csv)"]
     assert [step for i, step in enumerate(steps) if step in expected and step not in steps[:i]] == expected
-    assert "8/8" in err and out.splitlines()[-1].startswith(f"wrote 9 files to {tmp_path}/:")
+    assert "12/12" in err and out.splitlines()[-1].startswith(f"wrote 16 files to {tmp_path}/:")
+    figure10 = pl.read_csv(tmp_path / "figure10.csv")
+    assert figure10.filter(pl.col("trace") == "synthetic")["paper"].to_list() == [2.36, 0.52]
+    assert set(pl.read_csv(tmp_path / "figure5.csv")["router"]) == {"random", "load_balance", "local_cache_aware",
+                                                                    "conductor"}

@@ -7,7 +7,14 @@ Writes to the output folder, each chart as PNG and SVG:
 * ``figure9.{png,svg}`` + ``figure9.csv`` — FAST'25 Figure 9, LRU hit ratio vs capacity in
   tokens with the "x % of maximum at 3 M tokens" labels (paper 41 % / 46 %);
 * ``table1.{png,svg}`` + ``table1.csv`` — arXiv 2407.00079 Table 1's shape (LRU / LFU /
-  LengthAware) on the conversation trace beside the paper's values for its own trace.
+  LengthAware) on the conversation trace beside the paper's values for its own trace;
+* ``figure10.{png,svg}`` + ``figure10.csv`` (global/local ratios beside the paper's, marked as
+  read from it) + ``figure10_runs.csv`` — FAST'25 Figure 10 on the timed cluster
+  (:func:`kvlab.sim.cluster.mooncake_figures.figure10`, the setup's assumptions in the caption);
+* ``figure5.{png,svg}`` + ``figure5.csv`` — FAST'25 §5.3's schedulers (Figure 5), mean TTFT
+  beside the paper's.
+
+The cluster runs (eight full-trace simulations, a few minutes) use one process per CPU.
 
 and prints the three tables with the definition that comes closest to Table 2. ``kvlab figures``
 shows its progress on stderr (a tqdm bar, one step per trace and per figure).
@@ -15,13 +22,18 @@ shows its progress on stderr (a tqdm bar, one step per trace and per figure).
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import polars as pl
 
 from kvlab.cli.files import step_bar
 from kvlab.sim import mooncake_figures as mf
+from kvlab.sim.cluster import mooncake_figures as cmf
 from kvlab.traces import load_trace
 
 #: Chart formats ``kvlab figures`` writes.
@@ -36,6 +48,9 @@ class MooncakeFigures:
     figure9: pl.DataFrame
     shares: pl.DataFrame
     table1: pl.DataFrame
+    figure10_runs: pl.DataFrame
+    figure10: pl.DataFrame
+    figure5: pl.DataFrame
 
     def closest_definition(self) -> str:
         """The cache-ratio definition with the smallest mean absolute error to Table 2."""
@@ -46,8 +61,31 @@ class MooncakeFigures:
 #: Traces the figures are computed on (bundled names).
 FIGURE_TRACES = ("conversation", "synthetic")
 #: Steps of :func:`compute_figures` after the traces are loaded, then of :func:`write_figures`.
-COMPUTE_STEPS = ("Figure 9 curves", "Table 2 cache ratios", "Table 1 shape")
-WRITE_STEPS = ("cache_ratio", "figure9", "table1")
+COMPUTE_STEPS = ("Figure 9 curves", "Table 2 cache ratios", "Table 1 shape", "Figure 10 (cluster)",
+                 "Figure 5 schedulers (cluster)")
+WRITE_STEPS = ("cache_ratio", "figure9", "table1", "figure10", "figure5")
+
+
+def _summary_of(job: tuple) -> SimpleNamespace:
+    """One cluster run in a worker process; only its summary comes back."""
+    from kvlab.sim.cluster import simulate
+
+    trace, config, time_scale = job
+    return SimpleNamespace(summary=simulate(trace, config, time_scale=time_scale).summary)
+
+
+def serial_runner(jobs: list[tuple]) -> list[SimpleNamespace]:
+    """Run cluster simulations ``(trace, config, time_scale)`` here, one after the other."""
+    return [_summary_of(job) for job in jobs]
+
+
+def process_runner(jobs: list[tuple]) -> list[SimpleNamespace]:
+    """Run cluster simulations ``(trace, config, time_scale)`` one process per CPU (spawn)."""
+    workers = max(1, min(os.cpu_count() or 1, len(jobs)))
+    if workers == 1:
+        return serial_runner(jobs)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_summary_of, jobs))
 
 
 def compute_figures(bar: object = None) -> MooncakeFigures:
@@ -72,8 +110,16 @@ def compute_figures(bar: object = None) -> MooncakeFigures:
     bar.set_description(next(steps))
     table1 = mf.table1_shape(traces["conversation"])
     bar.update()
+    bar.set_description(next(steps))
+    runs = cmf.figure10(traces, runner=process_runner)
+    bar.update()
+    bar.set_description(next(steps))
+    figure5 = cmf.scheduler_comparison(traces["conversation"], runner=process_runner).drop("wall_s").with_columns(
+        paper_source=pl.when(pl.col("paper_ttft_mean_s").is_not_null()).then(pl.lit("read from FAST'25 Figure 5")))
+    bar.update()
     return MooncakeFigures(cache_ratio=cache_ratio, figure9=curves, shares=mf.share_at_3m_tokens(curves),
-                           table1=table1)
+                           table1=table1, figure10_runs=runs.drop("wall_s"), figure10=cmf.figure10_ratios(runs),
+                           figure5=figure5)
 
 
 def format_report(figs: MooncakeFigures) -> str:
@@ -95,6 +141,21 @@ def format_report(figs: MooncakeFigures) -> str:
     for row in figs.table1.iter_rows(named=True):
         cap = "unbounded" if row["capacity_blocks"] is None else f"{row['capacity_blocks']:,}"
         lines.append(f"{row['policy']:<14}{cap:>18}{row['ours']:>9.4f}{row['paper']:>8.2f}")
+    lines.append("\nFAST'25 Figure 10 on the timed cluster: global / local cache (assumptions: docs/global_cache.md)")
+    lines.append(f"{'trace':<14}{'metric':<18}{'ours':>8}{'paper':>8}{'error':>9}")
+    for row in figs.figure10.iter_rows(named=True):
+        paper = "n/a" if row["paper"] is None else f"{row['paper']:.2f}"
+        error = "" if row["error"] is None else f"{row['error']:+.0%}"
+        lines.append(f"{row['trace']:<14}{row['metric']:<18}{row['kvlab']:>8.2f}{paper:>8}{error:>9}")
+    lines.append("tool&agent (paper x1.38, x0.74): trace not bundled")
+    lines.append("\nFAST'25 §5.3 (Figure 5): mean TTFT per prefill scheduler, conversation trace")
+    for row in figs.figure5.iter_rows(named=True):
+        lines.append(f"  {row['router']:<18} ours {row['ttft_mean_s']:6.2f} s   "
+                     f"paper {row['paper_ttft_mean_s']:6.2f} s")
+    ttft = dict(zip(figs.figure5["router"], figs.figure5["ttft_mean_s"], strict=True))
+    if {"conductor", "local_cache_aware"} <= ttft.keys():
+        lines.append(f"  order as the paper's: {cmf.ordering_holds(figs.figure5)}; global/local "
+                     f"{ttft['conductor'] / ttft['local_cache_aware']:.2f} (paper 0.86)")
     return "\n".join(lines)
 
 
@@ -107,18 +168,24 @@ def write_figures(figs: MooncakeFigures, out: str | Path, bar: object = None) ->
         The paths written.
     """
     from kvlab.viz import cache_ratio_chart, figure9_chart, save_chart, table1_chart
+    from kvlab.viz.global_cache_charts import figure10_chart, scheduler_chart
 
     bar = bar if bar is not None else step_bar(0, "", enabled=False)
     out = Path(out)
     charts = {"cache_ratio": lambda: cache_ratio_chart(figs.cache_ratio),
               "figure9": lambda: figure9_chart(figs.figure9, figs.shares),
-              "table1": lambda: table1_chart(figs.table1)}
+              "table1": lambda: table1_chart(figs.table1),
+              "figure10": lambda: figure10_chart(figs.figure10_runs, figs.figure10, cmf.MooncakeSetup().assumptions()),
+              "figure5": lambda: scheduler_chart(figs.figure5, cmf.MooncakeSetup.for_section53().assumptions())}
     written = []
     for name in WRITE_STEPS:
         bar.set_description(f"writing {name} ({', '.join(FIGURE_FORMATS)}, csv)")
         written += save_chart(charts[name](), out, name, FIGURE_FORMATS)
         getattr(figs, name).write_csv(out / f"{name}.csv")
         written.append(out / f"{name}.csv")
+        if name == "figure10":
+            figs.figure10_runs.write_csv(out / "figure10_runs.csv")
+            written.append(out / "figure10_runs.csv")
         bar.update()
     return written
 

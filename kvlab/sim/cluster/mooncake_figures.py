@@ -18,6 +18,7 @@ import polars as pl
 
 from kvlab.core.validate import check_count, check_positive, check_real
 from kvlab.index.faults import FaultInjector
+from kvlab.sim.cluster.conductor import Conductor
 from kvlab.sim.cluster.config import ClusterConfig, ClusterTier
 from kvlab.sim.cluster.simulate import simulate
 from kvlab.traces import Trace
@@ -47,6 +48,8 @@ class MooncakeSetup:
         network: the node's NICs, 4×200 Gb/s (paper §5.1).
         router: the scheduler (Figure 10: "nodes with higher prefix match ratios" — local
             cache-aware, the same for both scopes, C20).
+        kvcache_balancing_threshold: the Conductor's copy threshold where the router is
+            ``"conductor"`` (assumed 1.5: "adjusted manually" in the paper).
         output_tokens: every request's output length (Figure 10: 1, paper; ``None`` keeps the trace's).
         time_scale: arrival-time multiplier (assumed 1.0: the trace's own timestamps).
         seed: the simulation's seed (C24).
@@ -68,6 +71,7 @@ class MooncakeSetup:
     tp: int = 8
     network: str = "rdma_4x200gbps"
     router: str = "local_cache_aware"
+    kvcache_balancing_threshold: float = 1.5
     output_tokens: int | None = 1
     time_scale: float = 1.0
     seed: int = 0
@@ -78,6 +82,7 @@ class MooncakeSetup:
         check_positive("gpu_cache_tokens", self.gpu_cache_tokens, optional=True)
         check_positive("output_tokens", self.output_tokens, optional=True)
         check_real("time_scale", self.time_scale, low=0.0, low_open=True)
+        check_real("kvcache_balancing_threshold", self.kvcache_balancing_threshold, low=0.0, low_open=True)
         check_count("seed", self.seed)
         if self.cache_tokens < self.block_size:
             raise ValueError(f"cache_tokens={self.cache_tokens} holds no {self.block_size}-token block")
@@ -90,14 +95,19 @@ class MooncakeSetup:
         return cls(**{"num_workers": 8, **changes})
 
     def config(self, cache_scope: str = "local", **overrides: object) -> ClusterConfig:
-        """The :class:`~kvlab.sim.cluster.ClusterConfig` of this setup (``overrides`` win)."""
+        """The :class:`~kvlab.sim.cluster.ClusterConfig` of this setup (``overrides`` win; the router
+        name ``"conductor"`` becomes a :class:`~kvlab.sim.cluster.Conductor` with this setup's
+        threshold)."""
         gpu_blocks = None if self.gpu_cache_tokens is None else -(-self.gpu_cache_tokens // self.block_size)
         base = {"num_workers": self.num_workers, "model": self.model, "gpu": self.gpu, "tp": self.tp,
                 "block_size": self.block_size, "capacity_blocks": gpu_blocks,
                 "tiers": (ClusterTier("DRAM", self.cache_tokens // self.block_size),), "cache_scope": cache_scope,
                 "network": self.network, "router": self.router, "seed": self.seed,
                 "store_high_watermark": 0.9, "store_eviction_ratio": 0.05}
-        return ClusterConfig(**{**base, **overrides})
+        merged = {**base, **overrides}
+        if merged["router"] == "conductor":
+            merged["router"] = Conductor(kvcache_balancing_threshold=self.kvcache_balancing_threshold)
+        return ClusterConfig(**merged)
 
     def workload(self, trace: Trace) -> Trace:
         """``trace`` with every output cut to :attr:`output_tokens` (unchanged when ``None``)."""
@@ -115,7 +125,8 @@ class MooncakeSetup:
         out.append(f"arrivals at the trace's timestamps x {self.time_scale:g}")
         out.append(f"prefill time from kvlab's roofline for {self.model} on {self.tp}x{self.gpu} "
                    "(the paper's polynomial is not given)")
-        out.append(f"scheduler {self.router}; kvcache_balancing_threshold 1.5 where used")
+        out.append(f"scheduler {self.router}; kvcache_balancing_threshold {self.kvcache_balancing_threshold:g} "
+                   "where the Conductor copies")
         return out
 
 
