@@ -112,10 +112,12 @@ def test_local_cache_aware_ignores_the_threshold(scenario_panel: GlobalCachePane
     frame = run(panel, router="local_cache_aware", threshold=1.1)
     assert panel.threshold.disabled is True
     assert frame["kvcache_balancing_threshold"].to_list() == [None, None]
-    assert panel.results["local"].config.router.allow_transfer is False
+    router = panel.results["local"].config.to_dict()["router"]  # what ran, the name resolved
+    assert (router["name"], router["allow_transfer"]) == ("local_cache_aware", False)
     assert copies(panel, "local") == []
     frame = run(panel, router="random")
-    assert panel.results["local"].config.router.name == "random" and frame["router"].to_list() == ["random"] * 2
+    assert panel.results["local"].config.to_dict()["router"]["type"] == "RandomRouter"
+    assert frame["router"].to_list() == ["random"] * 2
 
 
 def test_event_delay_hides_the_prefix_from_conductor(scenario_panel: GlobalCachePanel) -> None:
@@ -171,9 +173,12 @@ def test_table_and_chart_show_the_frame(scenario_panel: GlobalCachePanel) -> Non
     assert all(f"<th>{column}</th>" in panel.table.value for column in TABLE_COLUMNS)
 
 
-def test_cache_slider_keeps_a_size_off_the_stops() -> None:
+def test_controls_start_at_the_setup() -> None:
     trace = make_trace(SCENARIO[:1], block_size=256)
-    panel = GlobalCachePanel(trace, MooncakeSetup(num_workers=2, cache_tokens=300_000))
+    setup = MooncakeSetup(num_workers=3, cache_tokens=300_000, router="conductor", kvcache_balancing_threshold=2.5)
+    panel = GlobalCachePanel(trace, setup)
+    assert (panel.workers.value, panel.router.value, panel.threshold.value) == (3, "conductor", 2.5)
+    assert panel.results["local"].config.router.kvcache_balancing_threshold == 2.5
     values = [v for _, v in panel.cache_tokens.options]
     assert panel.cache_tokens.value == 300_000 and values == sorted(values)
     assert values[0] == 10_000 and values[-1] == 10_000_000 and 3_000_000 not in values
@@ -186,7 +191,5 @@ def test_bad_arguments(head60: Trace) -> None:
         GlobalCachePanel(head60, {"num_workers": 2})
     with pytest.raises(ValueError, match="setup.router"):
         GlobalCachePanel(head60, MooncakeSetup(router="least_loaded"))
-    with pytest.raises(ValueError, match="kvcache_balancing_threshold"):
-        GlobalCachePanel(head60, SMALL, kvcache_balancing_threshold=0.0)
     with pytest.raises(ValueError, match="router"):
         GlobalCacheSettings(2, 200_000, "round_robin", 1.5, 0.0, 0.0)

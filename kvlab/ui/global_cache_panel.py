@@ -18,7 +18,7 @@ import ipywidgets as widgets
 import polars as pl
 
 from kvlab.core.validate import check_choice, check_positive, check_real
-from kvlab.sim.cluster import ClusterConfig, ClusterResult, Conductor, Router, get_router, simulate
+from kvlab.sim.cluster import ClusterConfig, ClusterResult, simulate
 from kvlab.sim.cluster.mooncake_figures import SCHEDULERS, MooncakeSetup, staleness_sweep
 from kvlab.traces import Trace
 from kvlab.ui.replay_panel import capacity_options
@@ -51,9 +51,9 @@ class GlobalCacheSettings:
 
     Example:
         >>> s = GlobalCacheSettings(4, 1_000_000, "conductor", 2.0, 0.1, 0.0)
-        >>> s.router_object().kvcache_balancing_threshold, s.threshold_used
+        >>> s.apply(MooncakeSetup()).config("global").router.kvcache_balancing_threshold, s.threshold_used
         (2.0, True)
-        >>> GlobalCacheSettings(4, 1_000_000, "random", 2.0, 0.0, 0.0).router_object().name
+        >>> GlobalCacheSettings(4, 1_000_000, "random", 2.0, 0.0, 0.0).apply(MooncakeSetup()).config().router
         'random'
     """
 
@@ -77,13 +77,10 @@ class GlobalCacheSettings:
         """Whether the router reads ``kvcache_balancing_threshold`` (Conductor with copies only)."""
         return self.router == "conductor"
 
-    def router_object(self) -> Router:
-        """The router these settings run: :class:`~kvlab.sim.cluster.Conductor` with the threshold
-        (copies forbidden for ``local_cache_aware``), else the router of that name."""
-        if self.router in ("conductor", "local_cache_aware"):
-            return Conductor(kvcache_balancing_threshold=self.kvcache_balancing_threshold,
-                             allow_transfer=self.router == "conductor")
-        return get_router(self.router)
+    def apply(self, setup: MooncakeSetup) -> MooncakeSetup:
+        """``setup`` with these settings' workers, cache, router and threshold."""
+        return replace(setup, num_workers=self.num_workers, cache_tokens=self.cache_tokens, router=self.router,
+                       kvcache_balancing_threshold=self.kvcache_balancing_threshold)
 
 
 class GlobalCachePanel:
@@ -100,9 +97,8 @@ class GlobalCachePanel:
     Args:
         trace: the workload.
         setup: the cluster (default :class:`~kvlab.sim.cluster.mooncake_figures.MooncakeSetup`:
-            10 workers × 3 M tokens); the sliders start at its worker count and cache size, the
-            router at its scheduler.
-        kvcache_balancing_threshold: the threshold slider's start (default: Conductor's, 1.5).
+            10 workers × 3 M tokens); the controls start at its worker count, cache size,
+            scheduler and ``kvcache_balancing_threshold``.
 
     Attributes:
         frame: the frame on display (:meth:`compute`'s columns).
@@ -124,16 +120,14 @@ class GlobalCachePanel:
         True
     """
 
-    def __init__(self, trace: Trace, setup: MooncakeSetup | None = None, *,
-                 kvcache_balancing_threshold: float | None = None) -> None:
+    def __init__(self, trace: Trace, setup: MooncakeSetup | None = None) -> None:
         if not isinstance(trace, Trace):
             raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
         setup = MooncakeSetup() if setup is None else setup
         if not isinstance(setup, MooncakeSetup):
             raise ValueError(f"setup must be a MooncakeSetup or None, got {type(setup).__name__}")
         check_choice("setup.router", setup.router, SCHEDULERS)
-        threshold = Conductor().kvcache_balancing_threshold if kvcache_balancing_threshold is None else \
-            check_real("kvcache_balancing_threshold", kvcache_balancing_threshold, low=0.0, low_open=True)
+        threshold = setup.kvcache_balancing_threshold  # the slider spans at least 1.0 .. 5.0
         self.trace, self.setup = trace, setup
         self.workload = setup.workload(trace)
         self.workers = widgets.IntSlider(value=setup.num_workers, min=1, max=max(16, setup.num_workers),
@@ -142,8 +136,9 @@ class GlobalCachePanel:
                                                     description="DRAM tokens", continuous_update=False)
         self.router = widgets.Dropdown(options=[(label, name) for name, label in ROUTER_LABELS.items()],
                                        value=setup.router, description="scheduler")
-        self.threshold = widgets.FloatSlider(value=threshold, min=1.0, max=max(5.0, threshold), step=0.1,
-                                             description="threshold", continuous_update=False, readout_format=".1f")
+        self.threshold = widgets.FloatSlider(value=threshold, min=min(1.0, threshold), max=max(5.0, threshold),
+                                             step=0.1, description="threshold", continuous_update=False,
+                                             readout_format=".1f")
         self.event_delay = widgets.SelectionSlider(options=_delay_options(), value=0.0, description="event delay",
                                                    continuous_update=False)
         self.snapshot_interval = widgets.SelectionSlider(options=_delay_options(), value=0.0,
@@ -179,8 +174,7 @@ class GlobalCachePanel:
         :func:`~kvlab.sim.cluster.mooncake_figures.staleness_sweep` sets per run."""
         settings = settings or self.settings()
         check_choice("cache_scope", cache_scope, SCOPES)
-        setup = replace(self.setup, num_workers=settings.num_workers, cache_tokens=settings.cache_tokens)
-        return setup.config(cache_scope, router=settings.router_object())
+        return settings.apply(self.setup).config(cache_scope)
 
     def compute(self, settings: GlobalCacheSettings | None = None) -> pl.DataFrame:
         """Simulate both scopes under ``settings`` (default: the controls now); changes no widget.
@@ -262,9 +256,9 @@ class GlobalCachePanel:
         return self.ui._repr_mimebundle_(**kwargs)
 
 
-def global_cache_panel(trace: Trace, setup: MooncakeSetup | None = None, **kwargs: object) -> GlobalCachePanel:
+def global_cache_panel(trace: Trace, setup: MooncakeSetup | None = None) -> GlobalCachePanel:
     """Build a :class:`GlobalCachePanel` for ``trace`` (display it in a notebook cell)."""
-    return GlobalCachePanel(trace, setup, **kwargs)
+    return GlobalCachePanel(trace, setup)
 
 
 def _cache_options(setup: MooncakeSetup) -> list[tuple[str, int]]:
