@@ -181,7 +181,8 @@ def test_controls_start_at_the_setup() -> None:
     assert panel.results["local"].config.router.kvcache_balancing_threshold == 2.5
     values = [v for _, v in panel.cache_tokens.options]
     assert panel.cache_tokens.value == 300_000 and values == sorted(values)
-    assert values[0] == 10_000 and values[-1] == 10_000_000 and 3_000_000 not in values
+    assert values[0] == 10_000 and values[-1] == 10_000_000 and 3_000_000 in values  # Figure 10's size
+    assert values.count(300_000) == 1 and 4_000_000 not in values
 
 
 def test_bad_arguments(head60: Trace) -> None:

@@ -31,6 +31,8 @@ ROUTER_LABELS = {"random": "random", "load_balance": "load balancing", "local_ca
 SCOPES = ("local", "global")
 #: Stops of the KV-event delay and load-snapshot interval sliders (seconds).
 DELAY_STOPS_S = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+#: Figure 10's DRAM cache per node (FAST'25): always a stop of the cache slider.
+PAPER_CACHE_TOKENS: int = MooncakeSetup.cache_tokens
 #: The frame's columns shown in the panel's table.
 TABLE_COLUMNS = ("cache_scope", "token_hit_ratio", "gpu_hit_ratio", "remote_store_ratio", "ttft_mean_s",
                  "ttft_p99_s", "prefill_gpu_s_per_request", "rejected_requests")
@@ -262,12 +264,12 @@ def global_cache_panel(trace: Trace, setup: MooncakeSetup | None = None) -> Glob
 
 
 def _cache_options(setup: MooncakeSetup) -> list[tuple[str, int]]:
-    """1-2-5 stops from 10 k tokens to 10 M (and the setup's size), each holding a block."""
+    """1-2-5 stops from 10 k tokens to 10 M, the paper's 3 M and the setup's size, each holding a block."""
     top = max(10_000_000, setup.cache_tokens)
     options = [(label, v) for label, v in capacity_options(top, lowest_blocks=10_000)[:-1] if v >= setup.block_size]
-    if setup.cache_tokens not in [v for _, v in options]:
-        options = sorted([*options, (f"{setup.cache_tokens:,}", setup.cache_tokens)], key=lambda o: o[1])
-    return options
+    for extra in {PAPER_CACHE_TOKENS, setup.cache_tokens} - {v for _, v in options}:
+        options.append((f"{extra:,}", extra))
+    return sorted(options, key=lambda o: o[1])
 
 
 def _delay_options() -> list[tuple[str, float]]:
@@ -280,5 +282,5 @@ def _ratio(numerator: float | None, denominator: float | None) -> str:
     return f"×{numerator / denominator:.2f}" if denominator else ("×1.00" if numerator == 0 else "∞")
 
 
-__all__ = ["DELAY_STOPS_S", "ROUTER_LABELS", "SCOPES", "GlobalCacheSettings", "GlobalCachePanel",
+__all__ = ["DELAY_STOPS_S", "PAPER_CACHE_TOKENS", "ROUTER_LABELS", "SCOPES", "GlobalCacheSettings", "GlobalCachePanel",
            "global_cache_panel"]
