@@ -122,7 +122,8 @@ def scope_comparison_chart(frame: pl.DataFrame, title: str | None = None) -> alt
     x = alt.X("cache_scope:N", title=None, sort=["local", "global"], axis=alt.Axis(labelAngle=0, labelFontSize=12))
     panels = []
     for column, label, fmt in SCOPE_METRICS:
-        base = alt.Chart(frame).encode(x=x, y=alt.Y(f"{column}:Q", title=label, axis=alt.Axis(format=fmt)))
+        axis = alt.Axis(format=".0%") if fmt.endswith("%") else alt.Axis()
+        base = alt.Chart(frame).encode(x=x, y=alt.Y(f"{column}:Q", title=label, axis=axis))
         bars = base.mark_bar().encode(
             color=alt.Color("cache_scope:N", scale=_SCOPE_COLORS, sort=["local", "global"], legend=None),
             tooltip=["cache_scope:N", alt.Tooltip(f"{column}:Q", format=".4f")])
