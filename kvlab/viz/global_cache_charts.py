@@ -101,3 +101,37 @@ def staleness_chart(frame: pl.DataFrame, metric: str = "ttft_p99_s") -> alt.Char
         color=alt.Color("event_delay_s:O", title="KV event delay (s)"),
         tooltip=["snapshot_interval_s:Q", "event_delay_s:Q", alt.Tooltip(f"{metric}:Q", format=".3f")],
     ).properties(width=420, height=260, title="Routing on stale signals (C22)")
+
+
+#: The panels of :func:`scope_comparison_chart`: (column, axis title, number format).
+SCOPE_METRICS = (("token_hit_ratio", "token hit rate", ".1%"), ("ttft_mean_s", "mean TTFT (s)", ".2f"),
+                 ("ttft_p99_s", "p99 TTFT (s)", ".2f"),
+                 ("prefill_gpu_s_per_request", "prefill GPU time / request (s)", ".3f"))
+
+
+def scope_comparison_chart(frame: pl.DataFrame, title: str | None = None) -> alt.HConcatChart:
+    """Local vs global cache side by side: token hit rate, mean and p99 TTFT and prefill GPU time
+    per request, one small panel each, every bar labelled with its value (the global-cache panel's
+    chart, :class:`kvlab.ui.GlobalCachePanel`).
+
+    Args:
+        frame: one row per ``cache_scope`` (``"local"``, ``"global"``) with the
+            :data:`SCOPE_METRICS` columns, e.g. ``GlobalCachePanel.compute()``.
+        title: the chart's title.
+
+    Raises:
+        ValueError: missing columns.
+    """
+    _need(frame, {"cache_scope", *(column for column, _, _ in SCOPE_METRICS)})
+    x = alt.X("cache_scope:N", title=None, sort=["local", "global"], axis=alt.Axis(labelAngle=0, labelFontSize=12))
+    panels = []
+    for column, label, fmt in SCOPE_METRICS:
+        axis = alt.Axis(format=".0%") if fmt.endswith("%") else alt.Axis()
+        base = alt.Chart(frame).encode(x=x, y=alt.Y(f"{column}:Q", title=label, axis=axis))
+        bars = base.mark_bar().encode(
+            color=alt.Color("cache_scope:N", scale=_SCOPE_COLORS, sort=["local", "global"], legend=None),
+            tooltip=["cache_scope:N", alt.Tooltip(f"{column}:Q", format=".4f")])
+        text = base.mark_text(dy=-7, fontSize=12).encode(text=alt.Text(f"{column}:Q", format=fmt))
+        panels.append(alt.layer(bars, text).properties(width=120, height=200))
+    chart = alt.hconcat(*panels)
+    return chart.properties(title=title) if title else chart

@@ -134,12 +134,19 @@ def _sweep(trace: Trace, config: ClusterConfig, keys: list[dict[str, object]], p
            time_scale: float, executor: object, progress: bool) -> pl.DataFrame:
     """``keys`` (the row labels) beside the figure's metrics of each point's run (a cluster sweep)."""
     frame = cluster_sweep(trace, points, config=config, executor=executor, progress=progress, time_scale=time_scale)
-    metrics = frame.select(
+    return pl.concat([pl.DataFrame(keys), figure_metrics(frame)], how="horizontal")
+
+
+def figure_metrics(frame: pl.DataFrame) -> pl.DataFrame:
+    """The experiments' columns of a cluster sweep frame (or rows of
+    :func:`kvlab.sim.cluster.sweep.summary_row`): ``requests``, ``token_hit_ratio``,
+    ``gpu_hit_ratio``, ``remote_store_ratio``, ``prefill_gpu_s_per_request`` (prefill GPU seconds
+    over admitted requests), ``ttft_mean_s``, ``ttft_p99_s``, ``rejected_requests``, ``wall_s``."""
+    return frame.select(
         "requests", "token_hit_ratio", "gpu_hit_ratio", "remote_store_ratio",
         (pl.col("prefill_gpu_s") / pl.max_horizontal(pl.col("requests") - pl.col("rejected_requests"), pl.lit(1)))
         .alias("prefill_gpu_s_per_request"),
         "ttft_mean_s", "ttft_p99_s", "rejected_requests", "wall_s")
-    return pl.concat([pl.DataFrame(keys), metrics], how="horizontal")
 
 
 def figure10(traces: Mapping[str, Trace], setup: MooncakeSetup | None = None, routers: Iterable[str] | None = None,
@@ -254,9 +261,16 @@ def staleness_sweep(trace: Trace, config: ClusterConfig, snapshot_intervals_s: I
     if not intervals or not delays:
         raise ValueError("snapshot_intervals_s and event_delays_s need at least one value each")
     keys = [{"event_delay_s": d, "snapshot_interval_s": i} for d in delays for i in intervals]
-    points = [{"snapshot_interval_s": k["snapshot_interval_s"],
-               "faults": FaultInjector(delay_s=k["event_delay_s"]) if k["event_delay_s"] else None} for k in keys]
+    points = [stale(k["event_delay_s"], k["snapshot_interval_s"]) for k in keys]
     return _sweep(trace, config, keys, points, time_scale, executor, progress)
+
+
+def stale(event_delay_s: float, snapshot_interval_s: float) -> dict[str, object]:
+    """The :class:`ClusterConfig` fields of a staleness point: KV events ``event_delay_s`` late
+    through a :class:`~kvlab.index.FaultInjector` (none at 0: delivered at once), loads
+    refreshed every ``snapshot_interval_s`` (0: live)."""
+    return {"snapshot_interval_s": snapshot_interval_s,
+            "faults": FaultInjector(delay_s=event_delay_s) if event_delay_s else None}
 
 
 def _traces(traces: Mapping[str, Trace]) -> dict[str, Trace]:
@@ -269,4 +283,4 @@ def _traces(traces: Mapping[str, Trace]) -> dict[str, Trace]:
 
 
 __all__ = ["FIGURE10_TOLERANCE", "PAPER_FIGURE10", "PAPER_TTFT_MEAN_S", "SCHEDULERS", "MooncakeSetup", "figure10",
-           "figure10_ratios", "ordering_holds", "scheduler_comparison", "staleness_sweep"]
+           "figure10_ratios", "figure_metrics", "ordering_holds", "scheduler_comparison", "stale", "staleness_sweep"]

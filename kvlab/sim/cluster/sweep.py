@@ -130,8 +130,20 @@ def _check_field(where: str, name: object) -> str:
 
 
 def _run_point(config: ClusterConfig, trace: Trace, *, time_scale: float, rate: float | None) -> dict[str, object]:
-    """One point: the summary's scalars, a column per tier's hit ratio, and the source."""
-    s = simulate(trace, config, time_scale=time_scale, rate=rate).summary
+    """One point's :func:`summary_row`."""
+    return summary_row(simulate(trace, config, time_scale=time_scale, rate=rate).summary)
+
+
+def summary_row(s: ClusterSummary) -> dict[str, object]:
+    """A run's row of a sweep frame: :data:`SWEEP_METRICS` of its summary, a
+    ``tier_hit_ratio_<tier>`` per tier, and ``source``.
+
+    Example:
+        >>> from kvlab.traces import load_trace
+        >>> row = summary_row(simulate(load_trace("conversation").head(3), num_workers=1).summary)
+        >>> row["requests"], "tier_hit_ratio" in row
+        (3, False)
+    """
     row: dict[str, object] = {name: getattr(s, name) for name in SWEEP_METRICS}
     row.update({f"tier_hit_ratio_{tier}": ratio for tier, ratio in s.tier_hit_ratio.items()})
     row["source"] = s.source
