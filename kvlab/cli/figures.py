@@ -159,7 +159,9 @@ def write_figures(figs: MooncakeFigures, out: str | Path, bar: object = None) ->
               "figure9": lambda: figure9_chart(figs.figure9, figs.shares),
               "table1": lambda: table1_chart(figs.table1),
               "figure10": lambda: figure10_chart(figs.figure10_runs, figs.figure10, cmf.MooncakeSetup().assumptions()),
-              "figure5": lambda: scheduler_chart(figs.figure5, cmf.MooncakeSetup.for_section53().assumptions())}
+              "figure5": lambda: scheduler_chart(figs.figure5, [
+                  *cmf.MooncakeSetup.for_section53().assumptions(),
+                  "of the paper's 16 nodes 8 prefill assumed (its P/D split is not given); paper: read from Fig. 5"])}
     written = []
     for name in WRITE_STEPS:
         bar.set_description(f"writing {name} ({', '.join(FIGURE_FORMATS)}, csv)")

@@ -118,16 +118,17 @@ class MooncakeSetup:
         return Trace(frame, trace.block_size, trace.source, trace.partial_block_keyed)
 
     def assumptions(self) -> list[str]:
-        """The values this setup chose where the paper is silent, as sentences (figure captions)."""
-        out = []
+        """The setup as caption lines: what it takes from the paper, then each value it chose."""
+        out = [f"{self.num_workers} prefill nodes x {self.cache_tokens:,} DRAM tokens, {self.block_size}-token blocks, "
+               f"{self.model} on {self.tp}x{self.gpu}"
+               + ("" if self.output_tokens is None else f", outputs cut to {self.output_tokens} token(s)")]
+        assumed = []
         if self.gpu_cache_tokens is not None:
-            out.append(f"HBM KV pool {self.gpu_cache_tokens:,} tokens per node")
-        out.append(f"arrivals at the trace's timestamps x {self.time_scale:g}")
-        out.append(f"prefill time from kvlab's roofline for {self.model} on {self.tp}x{self.gpu} "
-                   "(the paper's polynomial is not given)")
-        out.append(f"scheduler {self.router}; kvcache_balancing_threshold {self.kvcache_balancing_threshold:g} "
-                   "where the Conductor copies")
-        return out
+            assumed.append(f"HBM KV pool {self.gpu_cache_tokens:,} tokens per node")
+        assumed.append(f"arrivals at the trace's timestamps x {self.time_scale:g}")
+        assumed.append("prefill time from kvlab's roofline (the paper's polynomial is not given)")
+        assumed.append(f"Conductor threshold {self.kvcache_balancing_threshold:g}")
+        return [*out, *(f"assumed: {a}" for a in assumed)]
 
 
 def _sweep(trace: Trace, config: ClusterConfig, keys: list[dict[str, object]], points: list[dict[str, object]],
