@@ -174,7 +174,7 @@ def test_tiers_become_columns(synthetic) -> None:
     ({"router": "random"}, r"grid\['router'\] must be a list, got 'random'"),
     ({}, "grid is empty"),
     ([], "grid is empty"),
-    ("num_workers", "grid must be a list"),
+    ("num_workers", "grid must be a dict"),
     ([{"num_workers": 1}, 3], r"grid\[1\] must be a dict"),
     ([{"num_workers": 1}, {"model_spec": 1}], r"grid\[1\] names 'model_spec', not a ClusterConfig field"),
     ({"num_workers": [1, 0]}, "num_workers must be an integer >= 1, got 0"),
@@ -217,3 +217,14 @@ def test_a_base_config_takes_a_new_worker_count() -> None:
 def test_a_base_config_derives_its_capacity_again() -> None:
     replaced = config_with(ClusterConfig, ClusterConfig(), {"model": "Llama-3.1-70B", "tp": 4})
     assert replaced.capacity_blocks == ClusterConfig(model="Llama-3.1-70B", tp=4).capacity_blocks
+
+
+def test_an_address_of_another_scheme_fails_at_once() -> None:
+    """Fresh-user report: ``http://x`` was taken for a Dask address and timed out after 60 s."""
+    from kvlab.cli import build_parser
+    from kvlab.sim.executors import check_executor
+
+    with pytest.raises(ValueError, match=r"starts with one of \['tcp://'"):
+        check_executor("http://x")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["sweep", "synthetic", "--scheduler", "http://x"])

@@ -46,7 +46,13 @@ def _fraction(text: str) -> float:
 
 
 def _scheduler_address(text: str) -> str:
-    if "://" not in text:
+    from kvlab.sim.executors import is_scheduler_address
+
+    try:
+        ok = is_scheduler_address(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if not ok:
         raise argparse.ArgumentTypeError(f"expected a Dask scheduler address like tcp://HOST:PORT, got {text!r}")
     return text
 

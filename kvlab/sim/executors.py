@@ -52,9 +52,28 @@ def _with_worker_trace(fn: Callable[[object, object], object], item: object) -> 
     return fn(item, _WORKER_TRACE)
 
 
+#: URL schemes of Dask's communication backends (``distributed.comm``).
+DASK_SCHEMES = ("tcp", "tls", "inproc", "ucx", "ws", "wss")
+
+
 def is_scheduler_address(executor: object) -> bool:
-    """Whether ``executor`` is a Dask scheduler address (a string with a ``scheme://``)."""
-    return isinstance(executor, str) and "://" in executor
+    """Whether ``executor`` is a Dask scheduler address (a string ``scheme://...``).
+
+    Raises:
+        ValueError: a ``scheme://`` string whose scheme is none of :data:`DASK_SCHEMES` (no
+            connection is tried).
+
+    Example:
+        >>> is_scheduler_address("tcp://10.0.0.1:8786"), is_scheduler_address("serial")
+        (True, False)
+    """
+    if not isinstance(executor, str) or "://" not in executor:
+        return False
+    scheme = executor.split("://", 1)[0]
+    if scheme not in DASK_SCHEMES:
+        raise ValueError(f"a Dask scheduler address starts with one of {[s + '://' for s in DASK_SCHEMES]}, "
+                         f"got {executor!r}")
+    return True
 
 
 def dask_client(executor: object) -> object | None:

@@ -10,15 +10,16 @@ Values read from the paper are :data:`PAPER_FIGURE10` and :data:`PAPER_TTFT_MEAN
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import polars as pl
 
-from kvlab.core.validate import check_count, check_positive, check_real
+from kvlab.core.validate import check_count, check_list, check_positive, check_real
 from kvlab.index.faults import FaultInjector
 from kvlab.sim.cluster.conductor import Conductor
 from kvlab.sim.cluster.config import ClusterConfig, ClusterTier
+from kvlab.sim.cluster.routers import ROUTERS
 from kvlab.sim.cluster.sweep import sweep as cluster_sweep
 from kvlab.traces import Trace
 
@@ -83,6 +84,8 @@ class MooncakeSetup:
         check_real("time_scale", self.time_scale, low=0.0, low_open=True)
         check_real("kvcache_balancing_threshold", self.kvcache_balancing_threshold, low=0.0, low_open=True)
         check_count("seed", self.seed)
+        if not isinstance(self.router, str) or self.router not in ROUTERS:
+            raise ValueError(f"router must be one of {sorted(ROUTERS)}, got {self.router!r}")
         if self.cache_tokens < self.block_size:
             raise ValueError(f"cache_tokens={self.cache_tokens} holds no {self.block_size}-token block")
 
@@ -164,10 +167,8 @@ def figure10(traces: Mapping[str, Trace], setup: MooncakeSetup | None = None, ro
     Raises:
         ValueError: no traces, or a value that is not a Trace.
     """
-    setup = setup or MooncakeSetup()
-    names = [setup.router] if routers is None else list(routers)
-    if not names:
-        raise ValueError("routers is empty: give at least one router name")
+    setup = _setup(setup, MooncakeSetup)
+    names = [setup.router] if routers is None else _names("routers", routers)
     frames = []
     for name, trace in _traces(traces).items():
         keys = [{"trace": name, "router": r, "cache_scope": s} for r in names for s in ("local", "global")]
@@ -187,6 +188,10 @@ def figure10_ratios(frame: pl.DataFrame, tolerance: float = FIGURE10_TOLERANCE) 
         ``within_tolerance`` (bool), ``paper_source``.
     """
     check_real("tolerance", tolerance, low=0.0)
+    need = {"trace", "router", "cache_scope", "token_hit_ratio", "prefill_gpu_s_per_request"}
+    if not isinstance(frame, pl.DataFrame) or not need <= set(frame.columns):
+        raise ValueError(f"frame must be figure10()'s frame (columns {sorted(need)}), got "
+                         f"{frame.columns if isinstance(frame, pl.DataFrame) else type(frame).__name__}")
     rows = []
     for name, router in frame.select("trace", "router").unique(maintain_order=True).iter_rows():
         by = {r["cache_scope"]: r for r in frame.filter((pl.col("trace") == name) & (pl.col("router") == router))
@@ -220,10 +225,10 @@ def scheduler_comparison(trace: Trace, setup: MooncakeSetup | None = None, sched
     Raises:
         ValueError: an unknown router name, an empty list.
     """
-    setup = setup or MooncakeSetup.for_section53()
-    names = list(schedulers)
-    if not names:
-        raise ValueError("schedulers is empty: give at least one router name")
+    setup = _setup(setup, MooncakeSetup.for_section53)
+    names = _names("schedulers", schedulers)
+    if not isinstance(trace, Trace):
+        raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
     points = [{"router": setup.config(router=n).router} for n in names]
     frame = _sweep(setup.workload(trace), setup.config(), [{"router": n} for n in names], points, setup.time_scale,
                    executor, progress)
@@ -272,6 +277,23 @@ def stale(event_delay_s: float, snapshot_interval_s: float) -> dict[str, object]
     refreshed every ``snapshot_interval_s`` (0: live)."""
     return {"snapshot_interval_s": snapshot_interval_s,
             "faults": FaultInjector(delay_s=event_delay_s) if event_delay_s else None}
+
+
+def _setup(setup: object, default: Callable[[], MooncakeSetup]) -> MooncakeSetup:
+    if setup is None:
+        return default()
+    if not isinstance(setup, MooncakeSetup):
+        raise ValueError(f"setup must be a MooncakeSetup or None, got {setup!r}")
+    return setup
+
+
+def _names(field: str, names: object) -> list[str]:
+    """Router names, each known."""
+    names = check_list(field, names)
+    for name in names:
+        if not isinstance(name, str) or name not in ROUTERS:
+            raise ValueError(f"{field}: {name!r} is not a router name; routers: {sorted(ROUTERS)}")
+    return names
 
 
 def _traces(traces: Mapping[str, Trace]) -> dict[str, Trace]:

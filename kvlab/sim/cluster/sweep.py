@@ -114,6 +114,8 @@ def grid_points(grid: object) -> tuple[list[str], list[dict[str, object]]]:
         varied = [_check_field("grid", name) for name in grid]
         values = [check_list(f"grid[{name!r}]", grid[name]) for name in varied]
         return varied, [dict(zip(varied, point)) for point in itertools.product(*values)]
+    if isinstance(grid, (str, bytes)) or not isinstance(grid, Sequence):
+        raise ValueError(f"grid must be a dict {{field: [values]}} or a list of dicts, got {grid!r}")
     points = check_list("grid", grid)
     varied: dict[str, None] = {}
     for i, point in enumerate(points):
