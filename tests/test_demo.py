@@ -58,7 +58,7 @@ def test_figures_show_a_step_per_trace_and_figure(tmp_path: Path, capsys, monkey
     """Issue 14 item 18: `kvlab figures` (79 s) printed nothing until the end. Here on a small trace."""
     import kvlab.cli.figures
 
-    monkeypatch.setattr(kvlab.cli.figures, "load_trace", lambda name: synthetic.head(120))
+    monkeypatch.setattr(kvlab.cli.figures, "load_trace", lambda name: synthetic.head(60))
     monkeypatch.setattr(kvlab.cli.figures, "CLUSTER_EXECUTOR", "serial")  # no process spawns here
     assert main(["figures", "--out", str(tmp_path)]) == 0
     out, err = capsys.readouterr()

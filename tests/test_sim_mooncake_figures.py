@@ -66,7 +66,7 @@ def test_per_request_mean_matches_the_spec_block_ratio(conversation, synthetic) 
 def test_full_blocks_only_comes_closest_to_table2(definitions) -> None:
     """Stated honestly: no definition gives both 40 % and 66 %; full-blocks-only has the
     smallest mean error, the 50 % warm-up fits conversation alone."""
-    figs = MooncakeFigures(definitions, pl.DataFrame(), pl.DataFrame(), pl.DataFrame())
+    figs = MooncakeFigures(definitions, *[pl.DataFrame()] * 6)
     assert figs.closest_definition() == "full blocks only"
     per = {(r["definition"], r["trace"]): r["abs_error"] for r in definitions.iter_rows(named=True)}
     assert min(per, key=lambda k: per[k] if k[1] == "conversation" else 1) == ("token hit ratio, last 50 %",
@@ -141,10 +141,17 @@ def test_kvlab_figures_writes_png_and_svg(tmp_path, capsys) -> None:
 
 
 def test_report_is_plain_text(definitions) -> None:
+    figure10 = pl.DataFrame({"trace": ["conversation"], "router": ["local_cache_aware"], "metric": ["hit_rate"],
+                             "kvlab": [1.7], "paper": [2.22], "error": [1.7 / 2.22 - 1]})
+    figure5 = pl.DataFrame({"router": ["local_cache_aware", "conductor"], "ttft_mean_s": [2.67, 2.42],
+                            "paper_ttft_mean_s": [3.58, 3.07]})
     figs = MooncakeFigures(definitions, pl.DataFrame(), pl.DataFrame({"trace": [], "share_of_max": [], "paper": []}),
-                           pl.DataFrame({"policy": [], "capacity_blocks": [], "ours": [], "paper": []}))
+                           pl.DataFrame({"policy": [], "capacity_blocks": [], "ours": [], "paper": []}),
+                           pl.DataFrame(), figure10, figure5)
     text = format_report(figs)
     assert "full blocks only" in text and "0.6594" in text and "0.3819" in text
+    assert "local_cache_aware  hit_rate              1.70    2.22     -23%" in text
+    assert "order as the paper's: True; global/local 0.91 (paper 0.86)" in text
 
 
 def test_no_definition_matches_both_table2_numbers(definitions) -> None:
