@@ -32,21 +32,9 @@ lint: $(STAMP)
 test: lint $(STAMP) redis-server
 	KVLAB_SMOKE=1 $(BIN)/python -m pytest -q --nbmake --nbmake-timeout=300 tests kvlab notebooks
 
-## make bench — speed measured against the named anchors; JSON in out/bench/ (recorded runs: benchmarks/results/)
+## make bench — every benchmark (benchmarks/bench_*.py) against its named anchor, then a table of every target met/missed; exit 1 if any missed or crashed. JSON in out/bench/; one or some: make bench ONLY="replay hashing"
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_replay.py --out out/bench/bench_replay.json
-	$(BIN)/python benchmarks/bench_hashing.py --out out/bench/bench_hashing.json
-	$(BIN)/python benchmarks/bench_blockpool.py --out out/bench/bench_blockpool.json
-	$(BIN)/python benchmarks/bench_policies.py --out out/bench/bench_policies.json
-	$(BIN)/python benchmarks/bench_mrc.py --out out/bench/bench_mrc.json
-	$(BIN)/python benchmarks/bench_memory.py --out out/bench/bench_memory.json
-	$(BIN)/python benchmarks/bench_explorer.py --out out/bench/bench_explorer.json
-	$(BIN)/python benchmarks/bench_index.py --out out/bench/bench_index.json
-	$(BIN)/python benchmarks/bench_blend.py --out out/bench/bench_blend.json
-	$(BIN)/python benchmarks/bench_tiers.py --out out/bench/bench_tiers.json
-	$(BIN)/python benchmarks/bench_import.py --out out/bench/bench_import.json
-	$(BIN)/python benchmarks/bench_cluster.py --out out/bench/bench_cluster.json
-	$(BIN)/python benchmarks/bench_sweep_dask.py --out out/bench/bench_sweep_dask.json
+	$(BIN)/python benchmarks/run_all.py --out-dir out/bench $(foreach name,$(ONLY),--only $(name))
 
 ## make lab — JupyterLab on the notebooks (as root, how containers and workshop VMs run, with --allow-root)
 lab: $(STAMP)

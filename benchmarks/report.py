@@ -1,4 +1,10 @@
-"""What every benchmark's JSON report shares: the machine it ran on, and writing it."""
+"""What every benchmark's JSON report shares: the machine it ran on, its load, and writing it.
+
+Every benchmark imports this module before it measures anything, so the load average read at
+import is the load *before* the run; ``write_report`` reads it again *after* and records both
+under ``"load"`` with a ``busy`` flag (see ``load_record``): a busy run's wall times are not
+evidence for or against a wall-time target (CPU-time targets still count).
+"""
 
 from __future__ import annotations
 
@@ -13,15 +19,38 @@ import numba
 import numpy as np
 import polars as pl
 
+LOAD_BEFORE: tuple[float, float, float] = os.getloadavg()
+"""1-, 5- and 15-minute load average when the benchmark started (this module's import)."""
+
+BUSY_LOAD_PER_CPU = 0.5
+"""A run is busy when the 1-minute load before or after exceeds this many runnable tasks per
+CPU (1.0 on the 2-core reference machine): another job then shares the cores."""
+
+
+def load_record(before: tuple[float, float, float] = LOAD_BEFORE,
+                after: tuple[float, float, float] | None = None) -> dict[str, object]:
+    """The load average before and after a run (``os.getloadavg()``: 1, 5, 15 minutes) and
+    ``busy``: whether the 1-minute load before or after exceeded ``BUSY_LOAD_PER_CPU`` per CPU,
+    with the threshold used. ``after`` defaults to the load now."""
+    after = os.getloadavg() if after is None else after
+    threshold = BUSY_LOAD_PER_CPU * (os.cpu_count() or 1)
+    return {"before": list(before), "after": list(after), "busy_threshold_1min": threshold,
+            "busy": max(before[0], after[0]) > threshold}
+
 
 def machine_info() -> dict[str, object]:
-    """Python, numba, numpy and polars versions, CPU count and platform of this run."""
+    """Python, numba, numpy and polars versions, CPU count, platform of this run, and the
+    1-, 5-, 15-minute load average when the benchmark started (``load_average_before``)."""
     return {"python": platform.python_version(), "numba": numba.__version__, "numpy": np.__version__,
-            "polars": pl.__version__, "cpus": os.cpu_count(), "platform": platform.platform()}
+            "polars": pl.__version__, "cpus": os.cpu_count(), "platform": platform.platform(),
+            "load_average_before": list(LOAD_BEFORE)}
 
 
 def write_report(out: Path, report: dict[str, object]) -> None:
-    """Write ``report`` as indented JSON to ``out`` (its folder created)."""
+    """Write ``report`` as indented JSON to ``out`` (its folder created), adding ``"load"``
+    (``load_record()``: the load before the run, after it, and whether it was busy) unless the
+    benchmark set it."""
+    report = {**report, "load": report.get("load", load_record())}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
 
