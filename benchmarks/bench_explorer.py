@@ -8,9 +8,14 @@ moved, TTFT saved) and the chart spec. Every value a step sets is visited once b
 timings, and every combination of tier policies the steps reach, so the numba driver compiles
 outside them (the first visit's time, compilation included, is reported as ``first_visit_s``).
 Reported per control: the median and worst CPU time
-(``time.process_time``) over the repeats, against the issue's budget of 200 ms ("feels live");
-the anchor is the same recomputation through the reference store (``engine="reference"``),
-timed once, as a ratio. The load average is recorded.
+(``time.process_time``) over the repeats, against the issue's budget of 200 ms ("feels live"),
+and the median of each phase of the refresh (``report.PhaseTimer``): ``simulate`` (the tiered
+replay, ``compute``), ``summary`` (hit ratio, bytes moved, TTFT saved: ``summary_html``),
+``chart_build`` (the altair chart, ``make_chart``) and ``chart_push`` (the rest: assigning the
+chart to the ``JupyterChart``, which serialises its spec and data). The simulation side
+(simulate + summary) has its own budget of 30 ms (issue 17, "Also"); the chart side belongs to
+the browser issue (18) and is reported only. The anchor is the same recomputation through the
+reference store (``engine="reference"``), timed once, as a ratio. The load average is recorded.
 
 Usage: ``python benchmarks/bench_explorer.py --out out/bench/bench_explorer.json``
 """
@@ -28,9 +33,11 @@ from kvlab.paths import BUNDLED_TRACES
 from kvlab.tiers.replay import replay_tiered
 from kvlab.traces import load_trace
 from kvlab.ui import DesignExplorer
-from report import machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
+from report import PhaseTimer, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 BUDGET_S = 0.200
+SIMULATION_BUDGET_S = 0.030
+PHASES = ("simulate", "summary", "chart_build", "chart_push")
 REPEATS = 7
 
 
@@ -58,15 +65,26 @@ def bench(name: str) -> dict:
         for policy in steps["CPU policy"][1]:
             panel.policy[1].value = policy
     load_before = os.getloadavg()
+    timer = PhaseTimer()
+    for method, phase in (("compute", "simulate"), ("summary_html", "summary"), ("make_chart", "chart_build")):
+        timer.wrap(panel, method, phase)
     results = []
     for control_name, (control, values) in steps.items():
-        times = []
+        times, phases = [], {phase: [] for phase in PHASES}
         for i in range(REPEATS):
+            timer.take()
             start = time.process_time()
             control.value = values[i % 2]
-            times.append(time.process_time() - start)
+            total = time.process_time() - start
+            spent = timer.take()
+            spent["chart_push"] = total - sum(spent.values())
+            times.append(total)
+            for phase in PHASES:
+                phases[phase].append(spent.get(phase, 0.0))
+        simulation = [a + b for a, b in zip(phases["simulate"], phases["summary"], strict=True)]
         results.append({"control": control_name, "median_s": statistics.median(times), "worst_s": max(times),
-                        "first_visit_s": first[control_name]})
+                        "first_visit_s": first[control_name], "simulation_median_s": statistics.median(simulation),
+                        **{f"{phase}_median_s": statistics.median(v) for phase, v in phases.items()}})
     start = time.process_time()
     replay_tiered(panel.workload(), panel.tiers(), write_policy=panel.write_policy.value, engine="reference")
     reference_s = time.process_time() - start
@@ -74,7 +92,8 @@ def bench(name: str) -> dict:
     worst_median = max(r["median_s"] for r in results)
     for r in results:
         print(f"{name:<13} {r['control']:<13} median {1e3 * r['median_s']:6.1f} ms  worst {1e3 * r['worst_s']:6.1f} ms"
-              f"  first visit {r['first_visit_s']:5.2f} s")
+              f"  first visit {r['first_visit_s']:5.2f} s  |  "
+              + "  ".join(f"{p} {1e3 * r[p + '_median_s']:5.1f}" for p in PHASES) + " ms")
     print(f"{name:<13} tiers {tiers}: reference store {reference_s:.2f} s ({reference_s / worst_median:.0f}x the "
           f"slowest control's median)")
     return {"trace": name, "block_refs": trace.block_refs, "tiers": tiers, "reference_s": reference_s,
@@ -87,10 +106,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/bench/bench_explorer.json"))
     args = parser.parse_args()
     traces = [bench(name) for name in BUNDLED_TRACES]
-    met = {f"median_under_budget_{t['trace']}": max(r["median_s"] for r in t["results"]) <= BUDGET_S for t in traces}
+    measured = {}
+    for t in traces:
+        measured[f"median_under_budget_{t['trace']}"] = max(r["median_s"] for r in t["results"])
+        measured[f"simulation_under_30ms_{t['trace']}"] = max(r["simulation_median_s"] for r in t["results"])
+    met = {k: v <= (SIMULATION_BUDGET_S if k.startswith("simulation") else BUDGET_S) for k, v in measured.items()}
     report = {"benchmark": "bench_explorer", "anchor": "the same replay through the reference TieredStore",
               "machine": machine_info(), "timing": "CPU time (time.process_time)",
-              "budget_s": BUDGET_S, "met": met, "traces": traces}
+              "budget_s": BUDGET_S, "simulation_budget_s": SIMULATION_BUDGET_S, "met": met,
+              "measured": measured, "traces": traces}
     write_report(args.out, report)
     print(f"budget {BUDGET_S * 1e3:.0f} ms: {met}")
     if not all(met.values()):
