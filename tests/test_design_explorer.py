@@ -5,12 +5,19 @@ from __future__ import annotations
 import sys
 import threading
 
+import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kvlab.sim import replay
+from kvlab.tiers.cost import load_or_recompute
+from kvlab.tiers.devices import get_device
+from kvlab.tiers.models import get_model
 from kvlab.tiers.replay import replay_tiered
 from kvlab.ui import DesignExplorer, design_explorer
+from kvlab.ui.design_explorer import TIER_DEVICES, _distinct_rows
 
 
 def chart_frame(panel: DesignExplorer, column: str) -> pl.DataFrame:
@@ -82,6 +89,36 @@ def test_moved_bytes_and_ttft_saved(small) -> None:
     panel.capacity_gib[1].value = 1 / 16  # one block each: only the shared first block still hits
     assert panel.result.summary.tier_hit_blocks == {"GPU": 1999, "CPU": 0}
     assert 0 < panel.ttft_saved_s() < full
+
+
+def test_ttft_saved_is_the_sum_over_requests(small) -> None:
+    """The TTFT saved, grouped by distinct (hits per tier) rows, equals the per-request sum of
+    the docstring's definition: each tier's hit blocks loaded or recomputed after the context
+    of the tiers above."""
+    panel = DesignExplorer(small, debounce_s=0)
+    panel.num_tiers.value = 3
+    panel.capacity_gib[0].value, panel.capacity_gib[1].value = 1.0, 4.0
+    settings, result, model = panel.shown, panel.result, get_model(panel.shown.model)
+    names = result.tier_names
+    expected = 0.0
+    for row in result.requests.select([f"hit_blocks_{n}" for n in names]).iter_rows():
+        context = 0
+        for (_, device, link, _), num_blocks in zip(TIER_DEVICES, row):
+            if num_blocks:
+                expected += load_or_recompute(num_blocks, settings.block_size, model, get_device(device),
+                                              panel.gpu_flops, link=None if link is None else get_device(link),
+                                              context_tokens=context).saved_s
+            context += num_blocks * settings.block_size
+    assert len({tuple(r) for r in result.requests.select([f"hit_blocks_{n}" for n in names]).iter_rows()}) > 3
+    assert panel.ttft_saved_s() == pytest.approx(expected, rel=1e-9)
+
+
+@given(st.lists(st.tuples(*[st.integers(0, 40)] * 3), max_size=60))
+def test_distinct_rows_counts_every_row_once(rows: list[tuple[int, int, int]]) -> None:
+    array = np.array(rows, dtype=np.int64).reshape(len(rows), 3)
+    combos, counts = _distinct_rows(array)
+    assert sorted(zip(map(tuple, combos.tolist()), counts.tolist())) == sorted(
+        {r: rows.count(r) for r in set(rows)}.items())
 
 
 def test_debounce_waits_for_the_last_change(small) -> None:
