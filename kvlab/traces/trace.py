@@ -167,6 +167,22 @@ class Trace:
 
         return trace_from_token_ids(frame, hasher, source=source)
 
+    @classmethod
+    def from_arrays(cls, block_keys: object, **columns: object) -> Trace:
+        """Build a trace from numpy arrays: one object id per request, or CSR block keys
+        (``offsets=``), with no Python loop per request.
+
+        See :func:`kvlab.traces.arrays.trace_from_arrays` for the arguments.
+
+        Example:
+            >>> import numpy as np
+            >>> Trace.from_arrays(np.array([3, 1, 3], dtype=np.uint64), source="ids")
+            Trace(source='ids', requests=3, block_size=1, block_refs=3, distinct_blocks=2)
+        """
+        from kvlab.traces.arrays import trace_from_arrays
+
+        return trace_from_arrays(block_keys, **columns)
+
     def rechunk(self, k: int) -> Trace:
         """The trace with blocks ``k`` times larger (see :func:`kvlab.traces.build.rechunk`)."""
         from kvlab.traces.build import rechunk
