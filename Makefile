@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_hashing.py --out out/bench/bench_hashing.json
 	$(BIN)/python benchmarks/bench_blockpool.py --out out/bench/bench_blockpool.json
 	$(BIN)/python benchmarks/bench_policies.py --out out/bench/bench_policies.json
+	$(BIN)/python benchmarks/bench_end_to_end.py --out out/bench/bench_end_to_end.json
 	$(BIN)/python benchmarks/bench_mrc.py --out out/bench/bench_mrc.json
 	$(BIN)/python benchmarks/bench_memory.py --out out/bench/bench_memory.json
 	$(BIN)/python benchmarks/bench_explorer.py --out out/bench/bench_explorer.json
