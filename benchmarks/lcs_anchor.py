@@ -27,12 +27,18 @@ LCS_CLASSES = {"lru": "LRU", "fifo": "FIFO", "s3fifo": "S3FIFO", "sieve": "Sieve
 
 
 def write_oracle_general(trace: Trace, path: Path) -> Path:
-    """Write ``trace``'s block ids in flat order as an oracleGeneral binary trace.
+    """Write ``trace``'s block ids in flat order as an oracleGeneral binary trace
+    (:func:`write_oracle_ids` of its dense ids)."""
+    return write_oracle_ids(trace.flat.block_ids, path)
+
+
+def write_oracle_ids(ids: np.ndarray, path: Path) -> Path:
+    """Write object ids ``ids`` (any integers, in access order) as an oracleGeneral binary trace.
 
     The next-access field (needed by libCacheSim's Belady) is the index of the next
-    reference to the same block, or -1.
+    reference to the same object, or -1.
     """
-    ids = trace.flat.block_ids.astype(np.int64)
+    ids = np.asarray(ids).astype(np.int64)
     n = ids.shape[0]
     order = np.argsort(ids, kind="stable")  # references grouped by block, in time order
     nxt = np.full(n, -1, dtype=np.int64)

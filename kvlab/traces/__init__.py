@@ -1,16 +1,17 @@
 """Traces: real workloads (Mooncake) and seeded synthetic ones, as a :class:`Trace`.
 
-=====================  ======================================================
-name                   what
-=====================  ======================================================
-:class:`Trace`         polars frame (one row per request) + block size + source
-:func:`load_trace`     open any supported file (dispatch on content)
-:func:`load_mooncake`  Mooncake FAST'25 JSONL (512-token chained hash ids)
-:func:`chat_sessions`  shared system prompt + multi-turn chat sessions
-:func:`zipf_objects`   one-object requests from a bounded Zipf distribution
-:func:`rag`            Opal's RAG workload: system prompt + k reused documents
-:class:`FlatTrace`     CSR form for the kernels (offsets + dense block ids)
-=====================  ======================================================
+=========================  ======================================================
+name                       what
+=========================  ======================================================
+:class:`Trace`             polars frame (one row per request) + block size + source
+:meth:`Trace.from_arrays`  a trace from numpy arrays (object ids, or CSR block keys)
+:func:`load_trace`         open any supported file (dispatch on content)
+:func:`load_mooncake`      Mooncake FAST'25 JSONL (512-token chained hash ids)
+:func:`chat_sessions`      shared system prompt + multi-turn chat sessions
+:func:`zipf_objects`       one-object requests from a bounded Zipf distribution
+:func:`rag`                Opal's RAG workload: system prompt + k reused documents
+:class:`FlatTrace`         CSR form for the kernels (offsets + dense block ids)
+=========================  ======================================================
 """
 
 from kvlab.traces.errors import TraceFormatError

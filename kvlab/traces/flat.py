@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+from numba import njit
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,18 +99,110 @@ def flatten_block_keys(block_keys: pl.Series, input_tokens: pl.Series, block_siz
     offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     refs = block_keys.explode(empty_as_null=False).drop_nulls().to_numpy().astype(np.uint64, copy=False)
-    sorted_keys, first_index, inverse = np.unique(refs, return_index=True, return_inverse=True)
-    order = np.argsort(first_index, kind="stable")  # dense id -> index into sorted_keys
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.shape[0])
+    block_ids, keys = intern_first_seen(refs)
     return FlatTrace(
         offsets=offsets,
-        block_ids=rank[inverse].astype(np.int32),
-        keys=sorted_keys[order],
+        block_ids=block_ids,
+        keys=keys,
         input_tokens=input_tokens.to_numpy().astype(np.int64),
         block_size=block_size,
     )
 
+
+def intern_first_seen(refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intern 64-bit keys to dense ids in order of first appearance.
+
+    An open-addressing hash map in numba (linear probing, splitmix64-mixed keys, load
+    factor at most 1/2, doubled as it fills): one pass over the references, no sort.
+
+    Args:
+        refs: ``uint64[num_refs]``, the keys in reference order (any 64-bit value,
+            0 and ``2**64 - 1`` included).
+
+    Returns:
+        ``(block_ids, keys)``: ``int32[num_refs]`` dense ids (the first key seen is 0)
+        and ``uint64[num_keys]``, the key of each dense id, so ``keys[block_ids] == refs``.
+
+    Raises:
+        ValueError: ``refs`` is not a one-dimensional array of unsigned 64-bit integers,
+            or holds more than ``2**31 - 1`` distinct keys (dense ids are ``int32``).
+
+    Example:
+        >>> ids, keys = intern_first_seen(np.array([9, 0, 9, 2**64 - 1], dtype=np.uint64))
+        >>> ids.tolist(), keys.tolist()
+        ([0, 1, 0, 2], [9, 0, 18446744073709551615])
+    """
+    if not isinstance(refs, np.ndarray) or refs.dtype != np.uint64 or refs.ndim != 1:
+        raise ValueError(f"refs must be a one-dimensional uint64 array, got "
+                         f"{getattr(refs, 'dtype', type(refs).__name__)} of shape {getattr(refs, 'shape', None)}")
+    block_ids, table, num_keys = _intern(np.ascontiguousarray(refs))
+    if num_keys < 0:
+        raise ValueError(f"refs holds more than {_MAX_KEYS} distinct keys; dense block ids are int32")
+    return block_ids, table[:num_keys].copy()
+
+
+_MAX_KEYS = 2**31 - 1
+_EMPTY = np.int64(-1)
+_BATCH = 16
+
+
+@njit(inline="always")
+def _mix(key: np.uint64) -> np.uint64:
+    """splitmix64's finaliser: every key bit moves every slot bit (sequential or strided ids spread)."""
+    key = (key ^ (key >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    key = (key ^ (key >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return key ^ (key >> np.uint64(31))
+
+
+@njit(cache=True, nogil=True)
+def _intern(refs: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Dense ids of ``refs`` (first seen first), the keys by id (first ``num_keys`` valid),
+    ``num_keys`` (-1 past ``_MAX_KEYS``). Slots hold ``(key, id)``; id -1 marks a free slot."""
+    n = refs.shape[0]
+    block_ids = np.empty(n, dtype=np.int32)
+    cap = 1024
+    slots = np.full((cap, 2), _EMPTY, dtype=np.int64)  # column 0: key bits, column 1: dense id
+    keys = np.empty(cap // 2, dtype=np.uint64)
+    mask = np.uint64(cap - 1)
+    count = 0
+    touched = np.int64(0)
+    for i in range(n):
+        if i % _BATCH == 0:  # load the next batch's slots together: their cache misses overlap
+            for j in range(i, min(i + _BATCH, n)):
+                touched += slots[_mix(refs[j]) & mask, 1]
+        key = refs[i]
+        kbits = np.int64(key)
+        s = _mix(key) & mask
+        while True:
+            sid = slots[s, 1]
+            if sid == _EMPTY:
+                if count == _MAX_KEYS:
+                    return block_ids, keys, -1
+                slots[s, 0] = kbits
+                slots[s, 1] = count
+                keys[count] = key
+                block_ids[i] = count
+                count += 1
+                if 2 * count >= cap:  # keep the load factor below 1/2: double and reinsert
+                    cap *= 2
+                    mask = np.uint64(cap - 1)
+                    slots = np.full((cap, 2), _EMPTY, dtype=np.int64)
+                    grown = np.empty(cap // 2, dtype=np.uint64)
+                    grown[:count] = keys[:count]
+                    keys = grown
+                    for k in range(count):
+                        t = _mix(keys[k]) & mask
+                        while slots[t, 1] != _EMPTY:
+                            t = (t + np.uint64(1)) & mask
+                        slots[t, 0] = np.int64(keys[k])
+                        slots[t, 1] = k
+                break
+            if slots[s, 0] == kbits:
+                block_ids[i] = sid
+                break
+            s = (s + np.uint64(1)) & mask
+    block_ids[:0] = touched  # keeps the batched loads (an empty store)
+    return block_ids, keys, count
 
 def list_series(arrays: list[np.ndarray], inner: pl.DataType = pl.UInt64) -> pl.Series:
     """A ``list[inner]`` series from per-row numpy arrays.

@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 
 from kvlab.core.validate import check_count, check_positive, check_real, rng_from_seed
+from kvlab.traces.arrays import trace_from_arrays
 from kvlab.traces.flat import list_series
 from kvlab.traces.trace import Trace
 
@@ -188,13 +189,9 @@ def zipf_objects(num_requests: int, num_objects: int, alpha: float = 1.0, *, see
     cdf = np.cumsum(weights)
     ranks = np.searchsorted(cdf, rng.random(num_requests) * cdf[-1], side="right")
     objects = rng.permutation(num_objects).astype(np.uint64)[np.minimum(ranks, num_objects - 1)]
-    frame = pl.DataFrame({
-        "request_id": np.arange(num_requests, dtype=np.uint64),
-        "arrival_s": np.arange(num_requests, dtype=np.float64) / rate_per_s,
-        "input_tokens": np.ones(num_requests, dtype=np.uint32),
-        "output_tokens": np.zeros(num_requests, dtype=np.uint32),
-        "block_keys": pl.Series(objects).reshape((num_requests, 1)).cast(pl.List(pl.UInt64)),
-    })
     seed_repr = "Generator" if isinstance(seed, np.random.Generator) else seed
-    return Trace(frame, block_size=1, source=f"zipf_objects(num_requests={num_requests}, num_objects={num_objects}, "
-                                             f"alpha={alpha}, seed={seed_repr})")
+    return trace_from_arrays(
+        objects, arrival_s=np.arange(num_requests, dtype=np.float64) / rate_per_s,
+        output_tokens=np.zeros(num_requests, dtype=np.uint32), block_size=1,
+        source=f"zipf_objects(num_requests={num_requests}, num_objects={num_objects}, alpha={alpha}, "
+               f"seed={seed_repr})")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from kvlab.core.validate import check_flag, check_positive, check_str
@@ -166,6 +167,22 @@ class Trace:
 
         return trace_from_token_ids(frame, hasher, source=source)
 
+    @classmethod
+    def from_arrays(cls, block_keys: object, **columns: object) -> Trace:
+        """Build a trace from numpy arrays: one object id per request, or CSR block keys
+        (``offsets=``), with no Python loop per request.
+
+        See :func:`kvlab.traces.arrays.trace_from_arrays` for the arguments.
+
+        Example:
+            >>> import numpy as np
+            >>> Trace.from_arrays(np.array([3, 1, 3], dtype=np.uint64), source="ids")
+            Trace(source='ids', requests=3, block_size=1, block_refs=3, distinct_blocks=2)
+        """
+        from kvlab.traces.arrays import trace_from_arrays
+
+        return trace_from_arrays(block_keys, **columns)
+
     def rechunk(self, k: int) -> Trace:
         """The trace with blocks ``k`` times larger (see :func:`kvlab.traces.build.rechunk`)."""
         from kvlab.traces.build import rechunk
@@ -313,42 +330,51 @@ def _first_row(mask: pl.Series) -> int:
 
 
 def _reject_nulls(series: pl.Series, col: str) -> None:
-    nulls = series.is_null()
     if isinstance(series.dtype, pl.List):
-        nulls = nulls | series.list.eval(pl.element().is_null().any()).list.first().fill_null(False)
-    if nulls.any():
-        raise ValueError(f"column {col!r} has a null at row {_first_row(nulls)}")
+        if not series.null_count() and not series.explode(empty_as_null=False).null_count():
+            return
+        nulls = series.is_null() | series.list.eval(pl.element().is_null().any()).list.first().fill_null(False)
+    elif not series.null_count():
+        return
+    else:
+        nulls = series.is_null()
+    raise ValueError(f"column {col!r} has a null at row {_first_row(nulls)}")
 
 
 def _check_rows(frame: pl.DataFrame, block_size: int, partial_block_keyed: bool) -> None:
-    ids = frame["request_id"]
-    repeat = ~ids.is_first_distinct()
-    if repeat.any():
-        row = _first_row(repeat)
-        raise ValueError(f"column 'request_id' has duplicate value {ids[row]} (row {row})")
-    arrival = frame["arrival_s"]
-    bad = ~arrival.is_finite() | (arrival < 0)
+    """The row invariants, on numpy views of the columns (no per-row Python; the slower
+    searches for the offending row run only when a check fails)."""
+    ids = frame["request_id"].to_numpy()
+    if ids.shape[0] > 1 and not (ids[1:] > ids[:-1]).all():  # increasing ids are unique
+        repeat = ~frame["request_id"].is_first_distinct()
+        if repeat.any():
+            row = _first_row(repeat)
+            raise ValueError(f"column 'request_id' has duplicate value {ids[row]} (row {row})")
+    arrival = frame["arrival_s"].to_numpy()
+    bad = ~(np.isfinite(arrival) & (arrival >= 0))
     if bad.any():
-        row = _first_row(bad)
+        row = int(np.argmax(bad))
         raise ValueError(f"column 'arrival_s' must be finite and >= 0; row {row} has {arrival[row]}")
-    back = arrival.diff().fill_null(0.0) < 0
+    back = arrival[1:] < arrival[:-1]
     if back.any():
-        row = _first_row(back)
+        row = int(np.argmax(back)) + 1
         raise ValueError(f"column 'arrival_s' must be non-decreasing (rows in arrival order); "
                          f"row {row} has {arrival[row]} after {arrival[row - 1]}")
     rounding = block_size - 1 if partial_block_keyed else 0
-    expected = (frame["input_tokens"].cast(pl.Int64) + rounding) // block_size
-    wrong = frame["block_keys"].list.len().cast(pl.Int64) != expected
+    tokens = frame["input_tokens"].to_numpy().astype(np.int64)
+    expected = (tokens + rounding) // block_size
+    lengths = frame["block_keys"].list.len().to_numpy()
+    wrong = lengths != expected
     if wrong.any():
-        row = _first_row(wrong)
+        row = int(np.argmax(wrong))
         rule = "ceil" if partial_block_keyed else "floor (full blocks only)"
         raise ValueError(
-            f"row {row}: {frame['block_keys'].list.len()[row]} block keys but input_tokens="
-            f"{frame['input_tokens'][row]} needs {rule.split()[0]}({frame['input_tokens'][row]}/{block_size})="
+            f"row {row}: {lengths[row]} block keys but input_tokens="
+            f"{tokens[row]} needs {rule.split()[0]}({tokens[row]}/{block_size})="
             f"{expected[row]} ({rule})")
     if "token_ids" in frame.columns:
-        wrong = frame["token_ids"].list.len().cast(pl.Int64) != frame["input_tokens"].cast(pl.Int64)
+        wrong = frame["token_ids"].list.len().to_numpy() != tokens
         if wrong.any():
-            row = _first_row(wrong)
+            row = int(np.argmax(wrong))
             raise ValueError(f"row {row}: token_ids has {frame['token_ids'].list.len()[row]} tokens "
-                             f"but input_tokens={frame['input_tokens'][row]}")
+                             f"but input_tokens={tokens[row]}")
