@@ -47,20 +47,16 @@ def _fmix64(x: np.uint64) -> np.uint64:
 
 
 @njit(cache=True)
-def _chain(tokens: np.ndarray, block_size: int, seed: np.uint64, partial_tail: bool) -> np.ndarray:
-    num_tokens = tokens.shape[0]
-    num_blocks = num_tokens // block_size
-    if partial_tail and num_tokens % block_size:
-        num_blocks += 1
-    out = np.empty(num_blocks, dtype=np.uint64)
-    h = _fmix64(seed ^ _K_ROOT)
-    for b in range(num_blocks):
-        start = b * block_size
-        end = min(start + block_size, num_tokens)
+def _chain_into(tokens, start, stop, block_size, root, partial_tail, out, pos):  # noqa: ANN001, ANN202
+    """Keys of the prompt ``tokens[start:stop]`` into ``out[pos:]`` (chained from ``root``,
+    the mixed seed); returns the position after the last key."""
+    h = root
+    for block_start in range(start, stop if partial_tail else stop - block_size + 1, block_size):
+        end = min(block_start + block_size, stop)
         # two independent lanes (even / odd positions) halve the serial dependency chain
         even = h ^ _K_PARENT
         odd = h ^ _K_ROOT
-        i = start
+        i = block_start
         while i + 1 < end:
             even = (even ^ np.uint64(tokens[i])) * _MUL
             odd = (odd ^ np.uint64(tokens[i + 1])) * _MUL2
@@ -70,10 +66,38 @@ def _chain(tokens: np.ndarray, block_size: int, seed: np.uint64, partial_tail: b
         if i < end:
             even = (even ^ np.uint64(tokens[i])) * _MUL
             even = (even << np.uint64(31)) | (even >> np.uint64(33))
-        acc = even ^ ((odd << np.uint64(17)) | (odd >> np.uint64(47))) ^ np.uint64(end - start)
+        acc = even ^ ((odd << np.uint64(17)) | (odd >> np.uint64(47))) ^ np.uint64(end - block_start)
         h = _fmix64(acc)
-        out[b] = h
+        out[pos] = h
+        pos += 1
+    return pos
+
+
+@njit(cache=True)
+def _num_keys(num_tokens, block_size, partial_tail):  # noqa: ANN001, ANN202
+    return (num_tokens + block_size - 1) // block_size if partial_tail else num_tokens // block_size
+
+
+@njit(cache=True)
+def _chain(tokens: np.ndarray, block_size: int, seed: np.uint64, partial_tail: bool) -> np.ndarray:
+    out = np.empty(_num_keys(tokens.shape[0], block_size, partial_tail), dtype=np.uint64)
+    _chain_into(tokens, 0, tokens.shape[0], block_size, _fmix64(seed ^ _K_ROOT), partial_tail, out, 0)
     return out
+
+
+@njit(cache=True)
+def _chain_batch(offsets, tokens, block_size, seed, partial_tail):  # noqa: ANN001, ANN202
+    """CSR keys of every prompt: ``(key_offsets int64[p + 1], keys uint64)``."""
+    num_prompts = offsets.shape[0] - 1
+    key_offsets = np.empty(num_prompts + 1, np.int64)
+    key_offsets[0] = 0
+    for r in range(num_prompts):
+        key_offsets[r + 1] = key_offsets[r] + _num_keys(offsets[r + 1] - offsets[r], block_size, partial_tail)
+    keys = np.empty(key_offsets[num_prompts], np.uint64)
+    root = _fmix64(seed ^ _K_ROOT)
+    for r in range(num_prompts):
+        _chain_into(tokens, offsets[r], offsets[r + 1], block_size, root, partial_tail, keys, key_offsets[r])
+    return key_offsets, keys
 
 
 def chain_u64(token_ids: Sequence[int] | np.ndarray, block_size: int, seed: int = 0, *,
@@ -104,6 +128,50 @@ def chain_u64(token_ids: Sequence[int] | np.ndarray, block_size: int, seed: int 
     block_size = check_block_size(block_size)
     seed = check_u64("seed", seed)
     return _chain(tokens, block_size, np.uint64(seed), check_flag("partial_tail", partial_tail))
+
+
+def chain_u64_batch(offsets: Sequence[int] | np.ndarray, token_ids: Sequence[int] | np.ndarray, block_size: int,
+                    seed: int = 0, *, partial_tail: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`chain_u64` of many prompts in one call, CSR in and CSR out (numba).
+
+    Prompt ``r`` is ``token_ids[offsets[r]:offsets[r + 1]]``; its keys are
+    ``keys[key_offsets[r]:key_offsets[r + 1]]``, equal to ``chain_u64(prompt, block_size,
+    seed, partial_tail=partial_tail)``. One call costs no fixed overhead per prompt.
+
+    Args:
+        offsets: ``int[num_prompts + 1]``, non-decreasing, from 0 to ``len(token_ids)``.
+        token_ids: ``int[n]`` token ids of all prompts back to back (≥ 0, < 2^64);
+            ``int64`` and ``uint64`` arrays are read without a copy.
+        block_size: tokens per block.
+        seed: root seed (``0 <= seed < 2^64``).
+        partial_tail: also key each prompt's trailing partial block.
+
+    Returns:
+        ``(key_offsets int64[num_prompts + 1], keys uint64[key_offsets[-1]])``.
+
+    Raises:
+        ValueError: bad offsets, token ids, block size or seed.
+
+    Example:
+        >>> key_offsets, keys = chain_u64_batch([0, 40, 72], list(range(40)) + list(range(32)), 16)
+        >>> key_offsets.tolist()
+        [0, 2, 4]
+        >>> keys[2:4].tolist() == chain_u64(range(32), 16).tolist()
+        True
+    """
+    tokens = as_token_array(token_ids)
+    block_size = check_block_size(block_size)
+    seed = check_u64("seed", seed)
+    partial_tail = check_flag("partial_tail", partial_tail)
+    offsets = np.asarray(offsets)
+    if offsets.ndim != 1 or offsets.shape[0] < 1 or offsets.dtype.kind not in "iu":
+        raise ValueError(f"offsets must be a one-dimensional integer array of num_prompts + 1 entries, "
+                         f"got {offsets.dtype} {offsets.shape}")
+    offsets = offsets.astype(np.int64, copy=False)
+    if offsets[0] != 0 or offsets[-1] != tokens.shape[0] or (offsets[1:] < offsets[:-1]).any():
+        raise ValueError(f"offsets must be non-decreasing from 0 to len(token_ids) = {tokens.shape[0]}, "
+                         f"got {offsets[0]} ... {offsets[-1]}")
+    return _chain_batch(offsets, tokens, block_size, np.uint64(seed), partial_tail)
 
 
 class SimHasher(BlockHasher):
