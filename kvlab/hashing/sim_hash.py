@@ -86,8 +86,39 @@ def _chain(tokens: np.ndarray, block_size: int, seed: np.uint64, partial_tail: b
 
 
 @njit(cache=True)
+def _rot(x, r):  # noqa: ANN001, ANN202
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+#: Prompts hashed side by side by :func:`_chain_batch`: their chains are independent, so
+#: the CPU overlaps their multiplications (one chain alone waits on each one's latency).
+_STREAMS = 4
+
+
+@njit(cache=True)
+def _next_prompt(k, state, offsets, tokens, block_size, root, partial_tail, keys, key_offsets):  # noqa: ANN001, ANN202
+    """Finish stream ``k``'s prompt (its partial tail) and give it the next prompt with a
+    full block (prompts without one are keyed on the way); ``False`` when none is left.
+    ``state[k]`` = (next prompt, token position, prompt end, key position, chain value)."""
+    if state[k, 1] < state[k, 2]:  # the rest, shorter than a block
+        _chain_into(tokens, state[k, 1], state[k, 2], block_size, np.uint64(state[k, 4]), partial_tail, keys,
+                    state[k, 3])
+    while state[0, 0] < offsets.shape[0] - 1:
+        r = state[0, 0]
+        state[0, 0] += 1
+        if offsets[r + 1] - offsets[r] >= block_size:
+            state[k, 1], state[k, 2], state[k, 3] = offsets[r], offsets[r + 1], key_offsets[r]
+            state[k, 4] = np.int64(root)
+            return True
+        _chain_into(tokens, offsets[r], offsets[r + 1], block_size, root, partial_tail, keys, key_offsets[r])
+    state[k, 1] = state[k, 2] = 0
+    return False
+
+
+@njit(cache=True)
 def _chain_batch(offsets, tokens, block_size, seed, partial_tail):  # noqa: ANN001, ANN202
-    """CSR keys of every prompt: ``(key_offsets int64[p + 1], keys uint64)``."""
+    """CSR keys of every prompt: ``(key_offsets int64[p + 1], keys uint64)``; full blocks
+    of :data:`_STREAMS` prompts at a time, token by token side by side."""
     num_prompts = offsets.shape[0] - 1
     key_offsets = np.empty(num_prompts + 1, np.int64)
     key_offsets[0] = 0
@@ -95,8 +126,50 @@ def _chain_batch(offsets, tokens, block_size, seed, partial_tail):  # noqa: ANN0
         key_offsets[r + 1] = key_offsets[r] + _num_keys(offsets[r + 1] - offsets[r], block_size, partial_tail)
     keys = np.empty(key_offsets[num_prompts], np.uint64)
     root = _fmix64(seed ^ _K_ROOT)
-    for r in range(num_prompts):
-        _chain_into(tokens, offsets[r], offsets[r + 1], block_size, root, partial_tail, keys, key_offsets[r])
+    # state[k] = (next prompt (row 0 only), token position, prompt end, key position, chain value)
+    state = np.zeros((_STREAMS + 1, 5), np.int64)
+    streams = np.arange(1, _STREAMS + 1)
+    active = True
+    for k in streams:
+        active &= _next_prompt(k, state, offsets, tokens, block_size, root, partial_tail, keys, key_offsets)
+    length = np.uint64(block_size)
+    while active:
+        # unsigned indices: numba then skips the negative-index fix-up on every load
+        s0, s1, s2, s3 = np.uint64(state[1, 1]), np.uint64(state[2, 1]), np.uint64(state[3, 1]), np.uint64(state[4, 1])
+        e0, e1, e2, e3 = (np.uint64(state[1, 4]) ^ _K_PARENT, np.uint64(state[2, 4]) ^ _K_PARENT,
+                          np.uint64(state[3, 4]) ^ _K_PARENT, np.uint64(state[4, 4]) ^ _K_PARENT)
+        o0, o1, o2, o3 = (np.uint64(state[1, 4]) ^ _K_ROOT, np.uint64(state[2, 4]) ^ _K_ROOT,
+                          np.uint64(state[3, 4]) ^ _K_ROOT, np.uint64(state[4, 4]) ^ _K_ROOT)
+        end0 = s0 + length - np.uint64(1)
+        while s0 < end0:
+            e0 = _rot((e0 ^ np.uint64(tokens[s0])) * _MUL, 31)
+            e1 = _rot((e1 ^ np.uint64(tokens[s1])) * _MUL, 31)
+            e2 = _rot((e2 ^ np.uint64(tokens[s2])) * _MUL, 31)
+            e3 = _rot((e3 ^ np.uint64(tokens[s3])) * _MUL, 31)
+            o0 = _rot((o0 ^ np.uint64(tokens[s0 + np.uint64(1)])) * _MUL2, 29)
+            o1 = _rot((o1 ^ np.uint64(tokens[s1 + np.uint64(1)])) * _MUL2, 29)
+            o2 = _rot((o2 ^ np.uint64(tokens[s2 + np.uint64(1)])) * _MUL2, 29)
+            o3 = _rot((o3 ^ np.uint64(tokens[s3 + np.uint64(1)])) * _MUL2, 29)
+            s0, s1, s2, s3 = s0 + np.uint64(2), s1 + np.uint64(2), s2 + np.uint64(2), s3 + np.uint64(2)
+        if s0 == end0:  # an odd block size: the last token
+            e0 = _rot((e0 ^ np.uint64(tokens[s0])) * _MUL, 31)
+            e1 = _rot((e1 ^ np.uint64(tokens[s1])) * _MUL, 31)
+            e2 = _rot((e2 ^ np.uint64(tokens[s2])) * _MUL, 31)
+            e3 = _rot((e3 ^ np.uint64(tokens[s3])) * _MUL, 31)
+        h0, h1 = _fmix64(e0 ^ _rot(o0, 17) ^ length), _fmix64(e1 ^ _rot(o1, 17) ^ length)
+        h2, h3 = _fmix64(e2 ^ _rot(o2, 17) ^ length), _fmix64(e3 ^ _rot(o3, 17) ^ length)
+        keys[state[1, 3]], keys[state[2, 3]], keys[state[3, 3]], keys[state[4, 3]] = h0, h1, h2, h3
+        state[1, 4], state[2, 4], state[3, 4], state[4, 4] = np.int64(h0), np.int64(h1), np.int64(h2), np.int64(h3)
+        for k in streams:
+            state[k, 1] += block_size
+            state[k, 3] += 1
+            if state[k, 2] - state[k, 1] < block_size:
+                active &= _next_prompt(k, state, offsets, tokens, block_size, root, partial_tail, keys,
+                                       key_offsets)
+    for k in streams:  # the prompts left in flight, one by one
+        if state[k, 1] < state[k, 2]:
+            _chain_into(tokens, state[k, 1], state[k, 2], block_size, np.uint64(state[k, 4]), partial_tail, keys,
+                        state[k, 3])
     return key_offsets, keys
 
 
