@@ -61,3 +61,10 @@ def test_a_library_giving_other_digests_is_refused(monkeypatch: pytest.MonkeyPat
     """The load-time check: a library whose SHA256_* disagree with hashlib is not used."""
     monkeypatch.setattr(libcrypto, "_NAMES", ("SHA224_Init", "SHA224_Update", "SHA224_Final"))
     assert libcrypto.sha256_functions.__wrapped__() is None
+
+
+def test_digest_rows_ending_in_zero_keep_their_32_bytes() -> None:
+    digests = np.arange(96, dtype=np.uint8).reshape(3, 32)
+    digests[1, 28:] = 0
+    assert vllm_pickle._digest_list(digests) == [bytes(row) for row in digests.tolist()]
+    assert len(vllm_pickle._digest_list(digests)[1]) == 32
