@@ -61,12 +61,21 @@ def sha256_functions() -> np.ndarray | None:
                                  dtype=np.uint64)
         except (OSError, AttributeError):
             continue
-        message = np.frombuffer(b"kvlab libcrypto check " * 7, np.uint8)
-        out = np.zeros(32, np.uint8)
-        _digest_once(addresses, message, out)
-        if out.tobytes() == hashlib.sha256(message.tobytes()).digest():
+        message = b"kvlab libcrypto check " * 7
+        if _ctypes_digest(lib, message) == hashlib.sha256(message).digest():
             return addresses
     return None
+
+
+def _ctypes_digest(lib: ctypes.CDLL, message: bytes) -> bytes:
+    """SHA-256 of ``message`` through the functions named :data:`_NAMES` in ``lib``, called
+    by ctypes (the check needs no compiled kernel)."""
+    init, update, final = (getattr(lib, name) for name in _NAMES)
+    ctx, out = ctypes.create_string_buffer(CTX_BYTES), ctypes.create_string_buffer(32)
+    init(ctx)
+    update(ctx, message, ctypes.c_size_t(len(message)))
+    final(out, ctx)
+    return out.raw
 
 
 def _safe(find) -> str | None:  # noqa: ANN001 - a path finder that may fail
@@ -106,8 +115,3 @@ def sha256_digest(functions, ctx, data, length, out):  # noqa: ANN001, ANN201 - 
     _call1(functions[0], c)
     _call3(functions[1], c, np.uint64(data.ctypes.data), np.uint64(length))
     _call2(functions[2], np.uint64(out.ctypes.data), c)
-
-
-@njit(nogil=True)
-def _digest_once(functions, data, out):  # noqa: ANN001, ANN202 - the load-time check
-    sha256_digest(functions, np.zeros(CTX_BYTES, np.uint8), data, data.shape[0], out)
