@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvlab.hashing.base import RequestExtras
-from kvlab.hashing.sim_hash import SimHasher, chain_u64
+from kvlab.hashing.sim_hash import SimHasher, chain_u64, chain_u64_batch
 
 tokens_st = st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=80)
 
@@ -68,3 +68,28 @@ def test_hasher_interface() -> None:
     assert hasher.block_hashes([1, 2, 3, 4, 5]) == chain_u64([1, 2, 3, 4], 4, 1).tolist()
     assert hasher.to_u64(5) == 5 and hasher.num_hashed_blocks(9) == 2
     assert SimHasher(4, partial_tail=True).num_hashed_blocks(9) == 3
+
+
+@given(prompts=st.lists(st.lists(st.integers(0, 2**64 - 1), max_size=40), max_size=8), block_size=st.integers(1, 9),
+       seed=st.integers(0, 2**64 - 1), partial_tail=st.booleans())
+def test_batch_equals_one_call_per_prompt(prompts, block_size, seed, partial_tail) -> None:
+    offsets = np.cumsum([0] + [len(p) for p in prompts])
+    tokens = np.array([t for p in prompts for t in p], dtype=np.uint64)
+    key_offsets, keys = chain_u64_batch(offsets, tokens, block_size, seed, partial_tail=partial_tail)
+    assert key_offsets.dtype == np.int64 and keys.dtype == np.uint64 and key_offsets[-1] == len(keys)
+    for r, prompt in enumerate(prompts):
+        one = chain_u64(np.array(prompt, dtype=np.uint64), block_size, seed, partial_tail=partial_tail)
+        assert keys[key_offsets[r]:key_offsets[r + 1]].tolist() == one.tolist()
+
+
+@pytest.mark.parametrize(("offsets", "tokens", "message"), [
+    ([0, 3], [1, 2], r"offsets must be non-decreasing from 0 to len\(token_ids\) = 2, got 0 ... 3"),
+    ([1, 2], [1, 2], "offsets must be non-decreasing"),
+    ([0, 2, 1, 2], [1, 2], "offsets must be non-decreasing"),
+    ([], [], "offsets must be a one-dimensional integer array"),
+    ([0.0, 2.0], [1, 2], "offsets must be a one-dimensional integer array"),
+    ([0, 2], [1, -2], "token_ids must be >= 0, got -2"),
+])
+def test_batch_bad_input(offsets, tokens, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        chain_u64_batch(offsets, tokens, 4)

@@ -38,7 +38,7 @@ from kvlab.hashing.dynamo_hash import DynamoHasher, mm_hash_from_identifier, sto
 from kvlab.hashing.llmd_hash import EngineKeyMap, LlmdHasher, map_engine_to_request_keys
 from kvlab.hashing.lmcache_hash import LMCacheHasher
 from kvlab.hashing.sglang_hash import SGLangHasher
-from kvlab.hashing.sim_hash import SimHasher, chain_u64
+from kvlab.hashing.sim_hash import SimHasher, chain_u64, chain_u64_batch
 from kvlab.hashing.vllm_hash import VllmHasher, VllmIncrementalHasher
 
 
@@ -114,6 +114,7 @@ __all__ = [
     "VllmHasher",
     "VllmIncrementalHasher",
     "chain_u64",
+    "chain_u64_batch",
     "coarse_view",
     "dynamo",
     "get_hasher",

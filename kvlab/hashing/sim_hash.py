@@ -47,20 +47,16 @@ def _fmix64(x: np.uint64) -> np.uint64:
 
 
 @njit(cache=True)
-def _chain(tokens: np.ndarray, block_size: int, seed: np.uint64, partial_tail: bool) -> np.ndarray:
-    num_tokens = tokens.shape[0]
-    num_blocks = num_tokens // block_size
-    if partial_tail and num_tokens % block_size:
-        num_blocks += 1
-    out = np.empty(num_blocks, dtype=np.uint64)
-    h = _fmix64(seed ^ _K_ROOT)
-    for b in range(num_blocks):
-        start = b * block_size
-        end = min(start + block_size, num_tokens)
+def _chain_into(tokens, start, stop, block_size, root, partial_tail, out, pos):  # noqa: ANN001, ANN202
+    """Keys of the prompt ``tokens[start:stop]`` into ``out[pos:]`` (chained from ``root``,
+    the mixed seed); returns the position after the last key."""
+    h = root
+    for block_start in range(start, stop if partial_tail else stop - block_size + 1, block_size):
+        end = min(block_start + block_size, stop)
         # two independent lanes (even / odd positions) halve the serial dependency chain
         even = h ^ _K_PARENT
         odd = h ^ _K_ROOT
-        i = start
+        i = block_start
         while i + 1 < end:
             even = (even ^ np.uint64(tokens[i])) * _MUL
             odd = (odd ^ np.uint64(tokens[i + 1])) * _MUL2
@@ -70,10 +66,111 @@ def _chain(tokens: np.ndarray, block_size: int, seed: np.uint64, partial_tail: b
         if i < end:
             even = (even ^ np.uint64(tokens[i])) * _MUL
             even = (even << np.uint64(31)) | (even >> np.uint64(33))
-        acc = even ^ ((odd << np.uint64(17)) | (odd >> np.uint64(47))) ^ np.uint64(end - start)
+        acc = even ^ ((odd << np.uint64(17)) | (odd >> np.uint64(47))) ^ np.uint64(end - block_start)
         h = _fmix64(acc)
-        out[b] = h
+        out[pos] = h
+        pos += 1
+    return pos
+
+
+@njit(cache=True)
+def _num_keys(num_tokens, block_size, partial_tail):  # noqa: ANN001, ANN202
+    return (num_tokens + block_size - 1) // block_size if partial_tail else num_tokens // block_size
+
+
+@njit(cache=True)
+def _chain(tokens: np.ndarray, block_size: int, seed: np.uint64, partial_tail: bool) -> np.ndarray:
+    out = np.empty(_num_keys(tokens.shape[0], block_size, partial_tail), dtype=np.uint64)
+    _chain_into(tokens, 0, tokens.shape[0], block_size, _fmix64(seed ^ _K_ROOT), partial_tail, out, 0)
     return out
+
+
+@njit(cache=True)
+def _rot(x, r):  # noqa: ANN001, ANN202
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+#: Prompts hashed side by side by :func:`_chain_batch`: their chains are independent, so
+#: the CPU overlaps their multiplications (one chain alone waits on each one's latency).
+_STREAMS = 4
+
+
+@njit(cache=True)
+def _next_prompt(k, state, offsets, tokens, block_size, root, partial_tail, keys, key_offsets):  # noqa: ANN001, ANN202
+    """Finish stream ``k``'s prompt (its partial tail) and give it the next prompt with a
+    full block (prompts without one are keyed on the way); ``False`` when none is left.
+    ``state[k]`` = (next prompt, token position, prompt end, key position, chain value)."""
+    if state[k, 1] < state[k, 2]:  # the rest, shorter than a block
+        _chain_into(tokens, state[k, 1], state[k, 2], block_size, np.uint64(state[k, 4]), partial_tail, keys,
+                    state[k, 3])
+    while state[0, 0] < offsets.shape[0] - 1:
+        r = state[0, 0]
+        state[0, 0] += 1
+        if offsets[r + 1] - offsets[r] >= block_size:
+            state[k, 1], state[k, 2], state[k, 3] = offsets[r], offsets[r + 1], key_offsets[r]
+            state[k, 4] = np.int64(root)
+            return True
+        _chain_into(tokens, offsets[r], offsets[r + 1], block_size, root, partial_tail, keys, key_offsets[r])
+    state[k, 1] = state[k, 2] = 0
+    return False
+
+
+@njit(cache=True)
+def _chain_batch(offsets, tokens, block_size, seed, partial_tail):  # noqa: ANN001, ANN202
+    """CSR keys of every prompt: ``(key_offsets int64[p + 1], keys uint64)``; full blocks
+    of :data:`_STREAMS` prompts at a time, token by token side by side."""
+    num_prompts = offsets.shape[0] - 1
+    key_offsets = np.empty(num_prompts + 1, np.int64)
+    key_offsets[0] = 0
+    for r in range(num_prompts):
+        key_offsets[r + 1] = key_offsets[r] + _num_keys(offsets[r + 1] - offsets[r], block_size, partial_tail)
+    keys = np.empty(key_offsets[num_prompts], np.uint64)
+    root = _fmix64(seed ^ _K_ROOT)
+    # state[k] = (next prompt (row 0 only), token position, prompt end, key position, chain value)
+    state = np.zeros((_STREAMS + 1, 5), np.int64)
+    streams = np.arange(1, _STREAMS + 1)
+    active = True
+    for k in streams:
+        active &= _next_prompt(k, state, offsets, tokens, block_size, root, partial_tail, keys, key_offsets)
+    length = np.uint64(block_size)
+    while active:
+        # unsigned indices: numba then skips the negative-index fix-up on every load
+        s0, s1, s2, s3 = np.uint64(state[1, 1]), np.uint64(state[2, 1]), np.uint64(state[3, 1]), np.uint64(state[4, 1])
+        e0, e1, e2, e3 = (np.uint64(state[1, 4]) ^ _K_PARENT, np.uint64(state[2, 4]) ^ _K_PARENT,
+                          np.uint64(state[3, 4]) ^ _K_PARENT, np.uint64(state[4, 4]) ^ _K_PARENT)
+        o0, o1, o2, o3 = (np.uint64(state[1, 4]) ^ _K_ROOT, np.uint64(state[2, 4]) ^ _K_ROOT,
+                          np.uint64(state[3, 4]) ^ _K_ROOT, np.uint64(state[4, 4]) ^ _K_ROOT)
+        end0 = s0 + length - np.uint64(1)
+        while s0 < end0:
+            e0 = _rot((e0 ^ np.uint64(tokens[s0])) * _MUL, 31)
+            e1 = _rot((e1 ^ np.uint64(tokens[s1])) * _MUL, 31)
+            e2 = _rot((e2 ^ np.uint64(tokens[s2])) * _MUL, 31)
+            e3 = _rot((e3 ^ np.uint64(tokens[s3])) * _MUL, 31)
+            o0 = _rot((o0 ^ np.uint64(tokens[s0 + np.uint64(1)])) * _MUL2, 29)
+            o1 = _rot((o1 ^ np.uint64(tokens[s1 + np.uint64(1)])) * _MUL2, 29)
+            o2 = _rot((o2 ^ np.uint64(tokens[s2 + np.uint64(1)])) * _MUL2, 29)
+            o3 = _rot((o3 ^ np.uint64(tokens[s3 + np.uint64(1)])) * _MUL2, 29)
+            s0, s1, s2, s3 = s0 + np.uint64(2), s1 + np.uint64(2), s2 + np.uint64(2), s3 + np.uint64(2)
+        if s0 == end0:  # an odd block size: the last token
+            e0 = _rot((e0 ^ np.uint64(tokens[s0])) * _MUL, 31)
+            e1 = _rot((e1 ^ np.uint64(tokens[s1])) * _MUL, 31)
+            e2 = _rot((e2 ^ np.uint64(tokens[s2])) * _MUL, 31)
+            e3 = _rot((e3 ^ np.uint64(tokens[s3])) * _MUL, 31)
+        h0, h1 = _fmix64(e0 ^ _rot(o0, 17) ^ length), _fmix64(e1 ^ _rot(o1, 17) ^ length)
+        h2, h3 = _fmix64(e2 ^ _rot(o2, 17) ^ length), _fmix64(e3 ^ _rot(o3, 17) ^ length)
+        keys[state[1, 3]], keys[state[2, 3]], keys[state[3, 3]], keys[state[4, 3]] = h0, h1, h2, h3
+        state[1, 4], state[2, 4], state[3, 4], state[4, 4] = np.int64(h0), np.int64(h1), np.int64(h2), np.int64(h3)
+        for k in streams:
+            state[k, 1] += block_size
+            state[k, 3] += 1
+            if state[k, 2] - state[k, 1] < block_size:
+                active &= _next_prompt(k, state, offsets, tokens, block_size, root, partial_tail, keys,
+                                       key_offsets)
+    for k in streams:  # the prompts left in flight, one by one
+        if state[k, 1] < state[k, 2]:
+            _chain_into(tokens, state[k, 1], state[k, 2], block_size, np.uint64(state[k, 4]), partial_tail, keys,
+                        state[k, 3])
+    return key_offsets, keys
 
 
 def chain_u64(token_ids: Sequence[int] | np.ndarray, block_size: int, seed: int = 0, *,
@@ -104,6 +201,50 @@ def chain_u64(token_ids: Sequence[int] | np.ndarray, block_size: int, seed: int 
     block_size = check_block_size(block_size)
     seed = check_u64("seed", seed)
     return _chain(tokens, block_size, np.uint64(seed), check_flag("partial_tail", partial_tail))
+
+
+def chain_u64_batch(offsets: Sequence[int] | np.ndarray, token_ids: Sequence[int] | np.ndarray, block_size: int,
+                    seed: int = 0, *, partial_tail: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`chain_u64` of many prompts in one call, CSR in and CSR out (numba).
+
+    Prompt ``r`` is ``token_ids[offsets[r]:offsets[r + 1]]``; its keys are
+    ``keys[key_offsets[r]:key_offsets[r + 1]]``, equal to ``chain_u64(prompt, block_size,
+    seed, partial_tail=partial_tail)``. One call costs no fixed overhead per prompt.
+
+    Args:
+        offsets: ``int[num_prompts + 1]``, non-decreasing, from 0 to ``len(token_ids)``.
+        token_ids: ``int[n]`` token ids of all prompts back to back (≥ 0, < 2^64);
+            ``int64`` and ``uint64`` arrays are read without a copy.
+        block_size: tokens per block.
+        seed: root seed (``0 <= seed < 2^64``).
+        partial_tail: also key each prompt's trailing partial block.
+
+    Returns:
+        ``(key_offsets int64[num_prompts + 1], keys uint64[key_offsets[-1]])``.
+
+    Raises:
+        ValueError: bad offsets, token ids, block size or seed.
+
+    Example:
+        >>> key_offsets, keys = chain_u64_batch([0, 40, 72], list(range(40)) + list(range(32)), 16)
+        >>> key_offsets.tolist()
+        [0, 2, 4]
+        >>> keys[2:4].tolist() == chain_u64(range(32), 16).tolist()
+        True
+    """
+    tokens = as_token_array(token_ids)
+    block_size = check_block_size(block_size)
+    seed = check_u64("seed", seed)
+    partial_tail = check_flag("partial_tail", partial_tail)
+    offsets = np.asarray(offsets)
+    if offsets.ndim != 1 or offsets.shape[0] < 1 or offsets.dtype.kind not in "iu":
+        raise ValueError(f"offsets must be a one-dimensional integer array of num_prompts + 1 entries, "
+                         f"got {offsets.dtype} {offsets.shape}")
+    offsets = offsets.astype(np.int64, copy=False)
+    if offsets[0] != 0 or offsets[-1] != tokens.shape[0] or (offsets[1:] < offsets[:-1]).any():
+        raise ValueError(f"offsets must be non-decreasing from 0 to len(token_ids) = {tokens.shape[0]}, "
+                         f"got {offsets[0]} ... {offsets[-1]}")
+    return _chain_batch(offsets, tokens, block_size, np.uint64(seed), partial_tail)
 
 
 class SimHasher(BlockHasher):

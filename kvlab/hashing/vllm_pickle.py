@@ -35,6 +35,7 @@ from numba import njit
 
 from kvlab.core.validate import check_choice, check_int
 from kvlab.hashing.digests import digester, hash_fn
+from kvlab.hashing.libcrypto import CTX_BYTES, sha256_digest, sha256_functions
 
 #: CPython's ``_pickle.c`` ``FRAME_SIZE_TARGET``: frames are split once they reach it.
 FRAME_SIZE_TARGET = 64 * 1024
@@ -54,63 +55,106 @@ def _long1_bytes(t):  # noqa: ANN001, ANN202 - numba helper
     return n
 
 
+@njit(nogil=True)
+def _suffix_length(row, long_ints):  # noqa: ANN001, ANN202 - numba helper
+    """Bytes of a block's pickle after the parent (see :func:`_write_suffix`)."""
+    length = (1 if row.shape[0] <= 3 else 2) + 6
+    for i in range(row.shape[0]):
+        t = row[i]
+        if long_ints is not None and t >= _LONG1_FROM:
+            length += 2 + _long1_bytes(t)
+        else:
+            v = np.int64(t)
+            c = np.int64(v >= 256) + np.int64(v >= 65536)
+            length += 2 + c + (c >> 1)
+    return length
+
+
+@njit(nogil=True)
+def _write_suffix(out, p, row, long_ints):  # noqa: ANN001, ANN202 - numba helper
+    """Write the pickle bytes after the parent of the block ``row`` (``uint64[B]``) at
+    ``out[p:]``, return the end. ``long_ints`` is ``None`` when every token is
+    below ``2**31``: numba then prunes the LONG1 branches, which otherwise halve the speed.
+    """
+    block_size = row.shape[0]
+    out[p] = 0x94  # MEMOIZE the parent
+    out[p + 1] = 0x28  # MARK (overwritten by the first token when B <= 3)
+    p += 1 if block_size <= 3 else 2
+    for i in range(block_size):
+        t = row[i]
+        if long_ints is not None and t >= _LONG1_FROM:
+            n = _long1_bytes(t)
+            out[p] = 0x8A
+            out[p + 1] = n
+            for k in range(n):  # a 9th byte is the zero sign byte
+                out[p + 2 + k] = (t >> np.uint64(8 * k)) & np.uint64(0xFF) if k < 8 else 0
+            p += 2 + n
+            continue
+        # BININT1/2/BININT (c = 0, 1, 2: 2, 3, 5 bytes); opcode + 4 bytes are written
+        # always, the next token or the tail overwrites the excess. (Inlined by hand:
+        # a helper function halves the speed.)
+        v = np.int64(t)
+        c = np.int64(v >= 256) + np.int64(v >= 65536)
+        out[p] = 0x4B + 2 * c - 5 * (c >> 1)  # 0x4b, 0x4d, 0x4a
+        out[p + 1] = v & 0xFF
+        out[p + 2] = (v >> 8) & 0xFF
+        out[p + 3] = (v >> 16) & 0xFF
+        out[p + 4] = v >> 24
+        p += 2 + c + (c >> 1)
+    out[p] = 0x74 if block_size > 3 else 0x84 + block_size  # TUPLE / TUPLE1-3
+    out[p + 1] = 0x94
+    out[p + 2] = 0x4E
+    out[p + 3] = 0x87
+    out[p + 4] = 0x94
+    out[p + 5] = 0x2E
+    return p + 6
+
+
 @njit(cache=True, nogil=True)
 def _write_pickles(blocks, parent_len, long_ints):  # noqa: ANN001, ANN202 - numba kernel
     """Each block's FRAME length (``int64[n]``) and pickle bytes after the parent
     (``uint8[n, width]``, left-aligned, zero-padded; ``width`` = the longest).
 
-    ``blocks`` is ``uint64[n, B]``. ``long_ints`` is ``None`` when every token is below
-    ``2**31``: numba then prunes the LONG1 branches, which otherwise halve the speed.
+    ``blocks`` is ``uint64[n, B]``; ``long_ints`` as in :func:`_write_suffix`.
     """
-    num_blocks, block_size = blocks.shape
-    head = 1 if block_size <= 3 else 2  # MEMOIZE (+ MARK)
+    num_blocks = blocks.shape[0]
     frames = np.empty(num_blocks, np.int64)
     width = 0
     for b in range(num_blocks):
-        length = head + 6
-        for i in range(block_size):
-            t = blocks[b, i]
-            if long_ints is not None and t >= _LONG1_FROM:
-                length += 2 + _long1_bytes(t)
-            else:
-                v = np.int64(t)
-                c = np.int64(v >= 256) + np.int64(v >= 65536)
-                length += 2 + c + (c >> 1)
+        length = _suffix_length(blocks[b], long_ints)
         frames[b] = 2 + parent_len + length
         width = max(width, length)
     suffixes = np.zeros((num_blocks, width), np.uint8)
     for b in range(num_blocks):
-        suffixes[b, 0] = 0x94  # MEMOIZE the parent
-        suffixes[b, 1] = 0x28  # MARK (overwritten by the first token when B <= 3)
-        p = head
-        for i in range(block_size):
-            t = blocks[b, i]
-            if long_ints is not None and t >= _LONG1_FROM:
-                n = _long1_bytes(t)
-                suffixes[b, p] = 0x8A
-                suffixes[b, p + 1] = n
-                for k in range(min(n, 8)):  # a 9th byte is the zero sign byte (zeroed row)
-                    suffixes[b, p + 2 + k] = (t >> np.uint64(8 * k)) & np.uint64(0xFF)
-                p += 2 + n
-                continue
-            # BININT1/2/BININT (c = 0, 1, 2: 2, 3, 5 bytes); opcode + 4 bytes are written
-            # always, the next token or the tail overwrites the excess. (Inlined by hand:
-            # a helper function halves the speed.)
-            v = np.int64(t)
-            c = np.int64(v >= 256) + np.int64(v >= 65536)
-            suffixes[b, p] = 0x4B + 2 * c - 5 * (c >> 1)  # 0x4b, 0x4d, 0x4a
-            suffixes[b, p + 1] = v & 0xFF
-            suffixes[b, p + 2] = (v >> 8) & 0xFF
-            suffixes[b, p + 3] = (v >> 16) & 0xFF
-            suffixes[b, p + 4] = v >> 24
-            p += 2 + c + (c >> 1)
-        suffixes[b, p] = 0x74 if block_size > 3 else 0x84 + block_size  # TUPLE / TUPLE1-3
-        suffixes[b, p + 1] = 0x94
-        suffixes[b, p + 2] = 0x4E
-        suffixes[b, p + 3] = 0x87
-        suffixes[b, p + 4] = 0x94
-        suffixes[b, p + 5] = 0x2E
+        _write_suffix(suffixes[b], 0, blocks[b], long_ints)
     return frames, suffixes
+
+
+#: Bytes of the pickle before the parent: PROTO, FRAME and its length, SHORT_BINBYTES.
+_HEAD = 13
+
+
+@njit(cache=True, nogil=True)
+def _sha256_chain(blocks, parent, long_ints, functions):  # noqa: ANN001, ANN202 - numba kernel
+    """Chained sha256 of the blocks' pickles after ``parent`` (``uint8[32]``) through
+    libcrypto: ``(digests uint8[n, 32], num_done)``; ``num_done < n`` when block
+    ``num_done`` needs a second FRAME (its digest and the later ones not written)."""
+    num_blocks, block_size = blocks.shape
+    buf = np.zeros(_HEAD + 32 + 8 + 11 * block_size + 8, np.uint8)
+    ctx = np.zeros(CTX_BYTES, np.uint8)
+    digests = np.empty((num_blocks, 32), np.uint8)
+    buf[0], buf[1], buf[2], buf[11], buf[12] = 0x80, 0x05, 0x95, 0x43, 32
+    buf[_HEAD:_HEAD + 32] = parent
+    for b in range(num_blocks):
+        end = _write_suffix(buf, _HEAD + 32, blocks[b], long_ints)
+        frame = end - 11
+        if frame >= FRAME_SIZE_TARGET:
+            return digests, b
+        for k in range(8):
+            buf[3 + k] = (frame >> (8 * k)) & 0xFF
+        sha256_digest(functions, ctx, buf, end, digests[b])
+        buf[_HEAD:_HEAD + 32] = digests[b]
+    return digests, num_blocks
 
 
 @lru_cache(maxsize=8)
@@ -188,6 +232,9 @@ def chain_without_extras(algo: str, parent: bytes, blocks: np.ndarray) -> list[b
         '52a7f141c60918f6'
     """
     check_choice("algo", algo, PICKLE_ALGOS)  # the pickle-based ones
+    functions = sha256_functions() if algo == "sha256" and len(parent) == 32 else None
+    if functions is not None:
+        return _chain_libcrypto(parent, blocks, functions)
     sha256, digest, hash_obj = hashlib.sha256, digester(algo), hash_fn(algo)
     hashes: list[bytes] = []
     h = parent
@@ -201,3 +248,30 @@ def chain_without_extras(algo: str, parent: bytes, blocks: np.ndarray) -> list[b
         else:
             hashes += [h := digest(p + h + s) for p, s in zip(*parts)]
     return hashes
+
+
+def _chain_libcrypto(parent: bytes, blocks: np.ndarray, functions: np.ndarray) -> list[bytes]:
+    """:func:`chain_without_extras` for sha256, whole chain in one kernel call (a block
+    needing a second FRAME is pickled by ``pickle`` itself)."""
+    hash_obj, blocks = hash_fn("sha256"), np.ascontiguousarray(blocks)
+    long_ints = True if blocks.size and int(blocks.max()) >= _LONG1_FROM else None
+    hashes: list[bytes] = []
+    h, a = parent, 0
+    while a < blocks.shape[0]:
+        digests, done = _sha256_chain(blocks[a:], np.frombuffer(h, np.uint8), long_ints, functions)
+        hashes += _digest_list(digests[:done])
+        h = hashes[-1] if hashes else parent
+        a += done
+        if a < blocks.shape[0]:
+            hashes.append(h := hash_obj((h, tuple(blocks[a].tolist()), None)))
+            a += 1
+    return hashes
+
+
+def _digest_list(digests: np.ndarray) -> list[bytes]:
+    """The rows of ``uint8[n, 32]`` as bytes: numpy's ``S32`` items (fast) drop trailing
+    zero bytes, so rows ending in 0x00 are taken whole."""
+    out = digests.view("S32").ravel().tolist()
+    for i in np.flatnonzero(digests[:, -1] == 0).tolist():
+        out[i] = digests[i].tobytes()
+    return out
