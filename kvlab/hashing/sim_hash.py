@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_flag, check_u64
 from kvlab.hashing.base import (
     BlockHasher,
@@ -36,7 +36,7 @@ _MUL = np.uint64(0xFF51AFD7ED558CCD)
 _MUL2 = np.uint64(0xC4CEB9FE1A85EC53)
 
 
-@njit(cache=True)
+@kernel_jit
 def _fmix64(x: np.uint64) -> np.uint64:
     x ^= x >> np.uint64(33)
     x *= _MUL
@@ -46,7 +46,7 @@ def _fmix64(x: np.uint64) -> np.uint64:
     return x
 
 
-@njit(cache=True)
+@kernel_jit
 def _chain(tokens: np.ndarray, block_size: int, seed: np.uint64, partial_tail: bool) -> np.ndarray:
     num_tokens = tokens.shape[0]
     num_blocks = num_tokens // block_size

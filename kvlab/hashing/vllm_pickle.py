@@ -31,8 +31,8 @@ import hashlib
 from functools import lru_cache
 
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_choice, check_int
 from kvlab.hashing.digests import digester, hash_fn
 
@@ -45,7 +45,7 @@ _CHUNK_BLOCKS = 4096
 _LONG1_FROM = 1 << 31
 
 
-@njit(nogil=True)
+@kernel_jit(nogil=True)
 def _long1_bytes(t):  # noqa: ANN001, ANN202 - numba helper
     """Length of ``t >= 2**31`` as a minimal positive two's-complement integer (5..9)."""
     n = 5
@@ -54,7 +54,7 @@ def _long1_bytes(t):  # noqa: ANN001, ANN202 - numba helper
     return n
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _write_pickles(blocks, parent_len, long_ints):  # noqa: ANN001, ANN202 - numba kernel
     """Each block's FRAME length (``int64[n]``) and pickle bytes after the parent
     (``uint8[n, width]``, left-aligned, zero-padded; ``width`` = the longest).
