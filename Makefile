@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_blend.py --out out/bench/bench_blend.json
 	$(BIN)/python benchmarks/bench_tiers.py --out out/bench/bench_tiers.json
 	$(BIN)/python benchmarks/bench_import.py --out out/bench/bench_import.json
+	$(BIN)/python benchmarks/bench_warm_start.py --out out/bench/bench_warm_start.json
 	$(BIN)/python benchmarks/bench_cluster.py --out out/bench/bench_cluster.json
 	$(BIN)/python benchmarks/bench_sweep_dask.py --out out/bench/bench_sweep_dask.json
 
