@@ -166,9 +166,31 @@ def kernel_jit(func: Any = None, **options: Any) -> Any:
     from numba import njit
 
     dispatcher = njit(**options)(func)
-    if cache_folder() is not None:
-        try:
-            dispatcher._cache = _cache_class()(dispatcher.py_func)
-        except (RuntimeError, OSError):
-            pass  # no usable folder for this file: compile in every process
+    if options.get("inline") != "always" and cache_enabled():  # inlined helpers live in their callers' entries
+        dispatcher._cache = _LazyCache(dispatcher.py_func)
     return dispatcher
+
+
+class _LazyCache:
+    """Stands in for numba's cache until the first compile: the digest and the cache files are
+    only touched when a kernel is called (imports stay cheap); an unusable folder gives a null
+    cache (compile in every process)."""
+
+    def __init__(self, py_func: Any) -> None:
+        self._py_func = py_func
+        self._real: Any = None
+
+    def _cache(self) -> Any:
+        if self._real is None:
+            from numba.core.caching import NullCache
+
+            self._real = NullCache()
+            if cache_folder() is not None:
+                try:
+                    self._real = _cache_class()(self._py_func)
+                except (RuntimeError, OSError):
+                    pass  # no usable folder for this file
+        return self._real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cache(), name)
