@@ -27,8 +27,8 @@ content, and the matcher confirms every candidate by comparing tokens.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_int, check_u64
 
 #: LMCache's matcher base: the 64-bit Fibonacci hashing constant (B9).
@@ -43,7 +43,7 @@ MAX_NUM_IDS = 1 << 31
 _U64_MAX = (1 << 64) - 1
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _rolling(tokens, k, base):  # noqa: ANN001, ANN202 - numba kernel (B5); k <= len(tokens)
     num_windows = tokens.shape[0] - k + 1
     out = np.empty(num_windows, dtype=np.uint64)
@@ -60,7 +60,7 @@ def _rolling(tokens, k, base):  # noqa: ANN001, ANN202 - numba kernel (B5); k <=
     return out
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _chunks(tokens, k, base):  # noqa: ANN001, ANN202 - numba kernel (B6)
     num_chunks = tokens.shape[0] // k
     out = np.empty(num_chunks, dtype=np.uint64)
@@ -72,14 +72,14 @@ def _chunks(tokens, k, base):  # noqa: ANN001, ANN202 - numba kernel (B6)
     return out
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _write(hashes, table, ids):  # noqa: ANN001, ANN202 - numba kernel (B7)
     mask = np.uint64(table.shape[0] - 1)
     for i in range(hashes.shape[0]):
         table[hashes[i] & mask] = ids[i]
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _unique(hashes, table, num_ids):  # noqa: ANN001, ANN202 - numba kernel (B8); returns (ids, first bad id or -1)
     mask = np.uint64(table.shape[0] - 1)
     seen = np.zeros(num_ids, dtype=np.uint8)

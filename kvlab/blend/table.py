@@ -43,9 +43,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from kvlab.blend.kernels import EMPTY, _rolling
+from kvlab.core.jit import kernel_jit
 
 #: Multiplier of the slot hash ``fp * SLOT_MULTIPLIER mod 2**64`` (its top bits: group, then 7 bits of tag).
 SLOT_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
@@ -140,7 +140,7 @@ def rebuild_slots(t: ChunkTable) -> ChunkTable:
     return t
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel_jit(nogil=True, inline="always")
 def _group_shift(control):  # noqa: ANN001, ANN202 - 64 - log2(number of groups)
     bits = 0
     while (1 << bits) < control.shape[0]:
@@ -148,25 +148,25 @@ def _group_shift(control):  # noqa: ANN001, ANN202 - 64 - log2(number of groups)
     return np.uint64(64 - bits)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel_jit(nogil=True, inline="always")
 def _group_and_tag(fp, shift):  # noqa: ANN001, ANN202 - (home group, control byte 0x80 | tag) of a fingerprint
     m = fp * SLOT_MULTIPLIER
     group = (m >> np.uint64(1)) >> (shift - np.uint64(1))  # two shifts: a shift by 64 (one group) is undefined
     return np.int64(group), np.uint64(0x80) | ((m >> (shift - np.uint64(7))) & np.uint64(0x7F))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel_jit(nogil=True, inline="always")
 def _tag_bytes(word, tag):  # noqa: ANN001, ANN202 - high bit of every byte equal to tag (+ false hits above a hit)
     x = word ^ (tag * _LO)
     return (x - _LO) & ~x & _HI
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel_jit(nogil=True, inline="always")
 def _has_empty(word):  # noqa: ANN001, ANN202 - does the group have an empty slot (a zero control byte)?
     return ((word - _LO) & ~word & _HI) != 0
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel_jit(nogil=True, inline="always")
 def _lowest_byte(bits):  # noqa: ANN001, ANN202 - index of the lowest byte whose high bit is set
     b = 0
     while (bits >> np.uint64(8 * b + 7)) & np.uint64(1) == 0:
@@ -174,18 +174,18 @@ def _lowest_byte(bits):  # noqa: ANN001, ANN202 - index of the lowest byte whose
     return b
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel_jit(nogil=True, inline="always")
 def _control_byte(word, b):  # noqa: ANN001, ANN202
     return (word >> np.uint64(8 * b)) & np.uint64(0xFF)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel_jit(nogil=True, inline="always")
 def _set_control(control, slot, value):  # noqa: ANN001, ANN202 - control byte of slot := value
     g, sh = slot // GROUP_SLOTS, np.uint64(8 * (slot % GROUP_SLOTS))
     control[g] = (control[g] & ~(np.uint64(0xFF) << sh)) | (np.uint64(value) << sh)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel_jit(nogil=True, inline="always")
 def _same_tokens(stored, c, tokens, at, k):  # noqa: ANN001, ANN202 - stored[c] == tokens[at : at + k]?
     for j in range(k):
         if stored[c, j] != tokens[at + j]:
@@ -193,7 +193,7 @@ def _same_tokens(stored, c, tokens, at, k):  # noqa: ANN001, ANN202 - stored[c] 
     return True
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _find(control, slot_entry, fingerprint, stored, used, copies, tokens, at, fp, group, tag,  # noqa: ANN001, ANN202
           skip_used):  # noqa: ANN001
     """The content equal to ``tokens[at : at + k]`` (fingerprint ``fp``) or EMPTY; with ``skip_used``,
@@ -216,7 +216,7 @@ def _find(control, slot_entry, fingerprint, stored, used, copies, tokens, at, fp
         group = (group + 1) & gmask
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel_jit(nogil=True, inline="always")
 def _free_slot(control, group):  # noqa: ANN001, ANN202 - first empty or deleted slot from the home group on
     gmask = control.shape[0] - 1
     while True:
@@ -227,7 +227,7 @@ def _free_slot(control, group):  # noqa: ANN001, ANN202 - first empty or deleted
         group = (group + 1) & gmask
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _reinsert(t):  # noqa: ANN001, ANN202 - put every live content into the (empty) slots
     shift = _group_shift(t.control)
     for c in range(t.counts[ISSUED_CONTENTS]):
@@ -239,7 +239,7 @@ def _reinsert(t):  # noqa: ANN001, ANN202 - put every live content into the (emp
     t.counts[DELETED_SLOTS] = 0
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _issue(free, counts, free_col, issued_col):  # noqa: ANN001, ANN202 - pop a freed id, else a never-issued one
     if counts[free_col] > 0:
         counts[free_col] -= 1
@@ -248,7 +248,7 @@ def _issue(free, counts, free_col, issued_col):  # noqa: ANN001, ANN202 - pop a 
     return counts[issued_col] - 1
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def register_chunks(t, tokens, fps, chunk_index, keys, starts, dedup, out_ids, first):  # noqa: ANN001, ANN201
     """Index chunks ``j = first, first + 1, ...``: chunk ``chunk_index[j]`` of ``tokens`` (fingerprint
     ``fps[j]``) as a copy with key ``keys[j]`` at ``starts[j]``.
@@ -299,7 +299,7 @@ def register_chunks(t, tokens, fps, chunk_index, keys, starts, dedup, out_ids, f
     return fps.shape[0]
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _free_content_slot(t, c, shift):  # noqa: ANN001, ANN202 - mark exactly content c's slot empty or deleted
     control = t.control
     group, tag = _group_and_tag(t.fingerprint[c], shift)
@@ -318,7 +318,7 @@ def _free_content_slot(t, c, shift):  # noqa: ANN001, ANN202 - mark exactly cont
         group = (group + 1) & gmask
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def remove_ids(t, ids):  # noqa: ANN001, ANN201
     """Unlink the live copy ids ``ids``; a content left without copies frees exactly its own slot (B14 fixed).
 
@@ -345,7 +345,7 @@ def remove_ids(t, ids):  # noqa: ANN001, ANN201
             t.counts[LIVE_CONTENTS] -= 1
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _nearest_copy(t, c, pos):  # noqa: ANN001, ANN202 - unreported copy of c nearest pos; ties: smaller start, then key
     best, best_dist, best_start, best_key = EMPTY, np.int64(0), np.int64(0), np.uint64(0)
     i = t.copy_head[c]
@@ -360,7 +360,7 @@ def _nearest_copy(t, c, pos):  # noqa: ANN001, ANN202 - unreported copy of c nea
     return best
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def probe(t, query, base, stride):  # noqa: ANN001, ANN201
     """Match ``query`` (``uint32[n]``, ``n >= k``) at positions ``0, stride, 2*stride, ...`` (B12, B15, B19).
 

@@ -21,8 +21,10 @@ from pathlib import Path
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic
+
+from kvlab.core.jit import kernel_jit
 
 _NAMES = ("SHA256_Init", "SHA256_Update", "SHA256_Final")
 #: Bytes reserved for an OpenSSL ``SHA256_CTX`` (112 bytes in OpenSSL 1.1 and 3.x).
@@ -107,7 +109,7 @@ def _call3(typingctx, address, a, b, c):  # noqa: ANN001, ANN202, ARG001 - numba
     return types.int32(types.uint64, types.uint64, types.uint64, types.uint64), _codegen
 
 
-@njit(nogil=True)
+@kernel_jit(nogil=True)
 def sha256_digest(functions, ctx, data, length, out):  # noqa: ANN001, ANN201 - numba helper
     """SHA-256 of ``data[:length]`` (``uint8``) into ``out[:32]`` through libcrypto;
     ``functions`` from :func:`sha256_functions`, ``ctx`` a ``uint8[CTX_BYTES]`` scratch."""

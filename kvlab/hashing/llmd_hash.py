@@ -25,8 +25,8 @@ from collections.abc import Sequence
 
 import cbor2
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_str, check_u64
 from kvlab.hashing.base import (
     U64_MASK,
@@ -56,14 +56,14 @@ _CBOR_ARRAY_OF_3, _CBOR_NULL = np.uint64(0x83), np.uint64(0xF6)
 _ROOT_CACHE_SIZE = 1024
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _fnv_bytes(h, data):  # noqa: ANN001, ANN202 - numba kernel: FNV-1a-64 of uint8[n], from h
     for i in range(data.shape[0]):
         h = (h ^ np.uint64(data[i])) * _FNV_PRIME
     return h
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _fnv_cbor_head(h, major, value):  # noqa: ANN001, ANN202 - numba helper
     """FNV-1a-64 from ``h`` over the canonical CBOR head of ``value`` (uint64) in ``major``."""
     if value < np.uint64(24):
@@ -82,7 +82,7 @@ def _fnv_cbor_head(h, major, value):  # noqa: ANN001, ANN202 - numba helper
     return h
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _text_chain(tokens, block_size, num_blocks, parent):  # noqa: ANN001, ANN202 - numba kernel
     """Chained keys ``H(parent, block, None)`` of ``num_blocks`` full blocks of ``uint32`` tokens:
     FNV-1a-64 over ``0x83, uint(parent), array(block_size), uint(token)..., 0xF6``."""

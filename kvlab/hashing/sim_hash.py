@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_flag, check_u64
 from kvlab.hashing.base import (
     BlockHasher,
@@ -36,7 +36,7 @@ _MUL = np.uint64(0xFF51AFD7ED558CCD)
 _MUL2 = np.uint64(0xC4CEB9FE1A85EC53)
 
 
-@njit(cache=True)
+@kernel_jit
 def _fmix64(x: np.uint64) -> np.uint64:
     x ^= x >> np.uint64(33)
     x *= _MUL
@@ -46,7 +46,7 @@ def _fmix64(x: np.uint64) -> np.uint64:
     return x
 
 
-@njit(cache=True)
+@kernel_jit
 def _chain_into(tokens, start, stop, block_size, root, partial_tail, out, pos):  # noqa: ANN001, ANN202
     """Keys of the prompt ``tokens[start:stop]`` into ``out[pos:]`` (chained from ``root``,
     the mixed seed); returns the position after the last key."""
@@ -73,19 +73,19 @@ def _chain_into(tokens, start, stop, block_size, root, partial_tail, out, pos): 
     return pos
 
 
-@njit(cache=True)
+@kernel_jit
 def _num_keys(num_tokens, block_size, partial_tail):  # noqa: ANN001, ANN202
     return (num_tokens + block_size - 1) // block_size if partial_tail else num_tokens // block_size
 
 
-@njit(cache=True)
+@kernel_jit
 def _chain(tokens: np.ndarray, block_size: int, seed: np.uint64, partial_tail: bool) -> np.ndarray:
     out = np.empty(_num_keys(tokens.shape[0], block_size, partial_tail), dtype=np.uint64)
     _chain_into(tokens, 0, tokens.shape[0], block_size, _fmix64(seed ^ _K_ROOT), partial_tail, out, 0)
     return out
 
 
-@njit(cache=True)
+@kernel_jit
 def _rot(x, r):  # noqa: ANN001, ANN202
     return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
 
@@ -95,7 +95,7 @@ def _rot(x, r):  # noqa: ANN001, ANN202
 _STREAMS = 4
 
 
-@njit(cache=True)
+@kernel_jit
 def _next_prompt(k, state, offsets, tokens, block_size, root, partial_tail, keys, key_offsets):  # noqa: ANN001, ANN202
     """Finish stream ``k``'s prompt (its partial tail) and give it the next prompt with a
     full block (prompts without one are keyed on the way); ``False`` when none is left.
@@ -115,7 +115,7 @@ def _next_prompt(k, state, offsets, tokens, block_size, root, partial_tail, keys
     return False
 
 
-@njit(cache=True)
+@kernel_jit
 def _chain_batch(offsets, tokens, block_size, seed, partial_tail):  # noqa: ANN001, ANN202
     """CSR keys of every prompt: ``(key_offsets int64[p + 1], keys uint64)``; full blocks
     of :data:`_STREAMS` prompts at a time, token by token side by side."""

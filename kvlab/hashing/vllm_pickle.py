@@ -31,8 +31,8 @@ import hashlib
 from functools import lru_cache
 
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_choice, check_int
 from kvlab.hashing.digests import digester, hash_fn
 from kvlab.hashing.libcrypto import CTX_BYTES, sha256_digest, sha256_functions
@@ -46,7 +46,7 @@ _CHUNK_BLOCKS = 4096
 _LONG1_FROM = 1 << 31
 
 
-@njit(nogil=True)
+@kernel_jit(nogil=True)
 def _long1_bytes(t):  # noqa: ANN001, ANN202 - numba helper
     """Length of ``t >= 2**31`` as a minimal positive two's-complement integer (5..9)."""
     n = 5
@@ -55,7 +55,7 @@ def _long1_bytes(t):  # noqa: ANN001, ANN202 - numba helper
     return n
 
 
-@njit(nogil=True)
+@kernel_jit(nogil=True)
 def _suffix_length(row, long_ints):  # noqa: ANN001, ANN202 - numba helper
     """Bytes of a block's pickle after the parent (see :func:`_write_suffix`)."""
     length = (1 if row.shape[0] <= 3 else 2) + 6
@@ -70,7 +70,7 @@ def _suffix_length(row, long_ints):  # noqa: ANN001, ANN202 - numba helper
     return length
 
 
-@njit(nogil=True)
+@kernel_jit(nogil=True)
 def _write_suffix(out, p, row, long_ints):  # noqa: ANN001, ANN202 - numba helper
     """Write the pickle bytes after the parent of the block ``row`` (``uint64[B]``) at
     ``out[p:]``, return the end. ``long_ints`` is ``None`` when every token is
@@ -110,7 +110,7 @@ def _write_suffix(out, p, row, long_ints):  # noqa: ANN001, ANN202 - numba helpe
     return p + 6
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _write_pickles(blocks, parent_len, long_ints):  # noqa: ANN001, ANN202 - numba kernel
     """Each block's FRAME length (``int64[n]``) and pickle bytes after the parent
     (``uint8[n, width]``, left-aligned, zero-padded; ``width`` = the longest).
@@ -134,7 +134,7 @@ def _write_pickles(blocks, parent_len, long_ints):  # noqa: ANN001, ANN202 - num
 _HEAD = 13
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _sha256_chain(blocks, parent, long_ints, functions):  # noqa: ANN001, ANN202 - numba kernel
     """Chained sha256 of the blocks' pickles after ``parent`` (``uint8[32]``) through
     libcrypto: ``(digests uint8[n, 32], num_done)``; ``num_done < n`` when block

@@ -40,8 +40,8 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_count
 from kvlab.policies.base import PolicySpec, register_kernel
 from kvlab.policies.structs import list_pop_front, list_push_back, list_unlink, make_lists
@@ -193,7 +193,7 @@ def make_state(flat: FlatTrace, capacity_blocks: int) -> ARCState:
                     np.zeros(1, dtype=np.float64))
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _replace(prev, nxt, where, sizes, p, in_b2, n):  # noqa: ANN001, ANN202
     """The paper's REPLACE: T1's (or, when ``|T1| <= p``, T2's) LRU block to its ghost list."""
     t1 = sizes[0]

@@ -41,8 +41,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_count
 from kvlab.policies.base import PolicySpec, register_kernel
 from kvlab.policies.structs import heap_push, heap_remove, heap_sift
@@ -175,7 +175,7 @@ def make_state(flat: FlatTrace, capacity_blocks: int) -> BeladyState:
                        np.array([0, capacity_blocks, 0, 0, 0], np.int64))
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _later(prio, a, b):  # noqa: ANN001, ANN202 - the heap's order: furthest next use first
     return prio[a] > prio[b]
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_count
 from kvlab.policies.base import PolicySpec, register_kernel
 from kvlab.traces.flat import FlatTrace
@@ -121,7 +121,7 @@ def make_state(flat: FlatTrace, capacity_blocks: int) -> FIFOState:
                      np.zeros(flat.num_keys, dtype=np.int32), np.array([0, capacity_blocks, 0, 0, 0], dtype=np.int64))
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _reverse(ring, lo, hi):  # noqa: ANN001, ANN202 - reverse ring[lo:hi] in place
     hi -= 1
     while lo < hi:
@@ -130,7 +130,7 @@ def _reverse(ring, lo, hi):  # noqa: ANN001, ANN202 - reverse ring[lo:hi] in pla
         hi -= 1
 
 
-@njit
+@kernel_jit
 def _compact(ring, stale, head):  # noqa: ANN001, ANN202
     """Drop the stale entries of a ring full of entries, in place, keeping the order from
     slot 0 (rotated first so that the oldest entry is at slot 0); returns the entries kept."""

@@ -41,8 +41,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_count
 from kvlab.policies.base import PolicySpec, register_kernel
 from kvlab.policies.structs import heap_push, heap_remove, list_push_back, list_unlink, make_lists
@@ -153,12 +153,12 @@ def make_state(flat: FlatTrace, capacity_blocks: int) -> LeafFirstLRUState:
                              np.zeros(capacity_blocks + 1, np.int32), np.array([0, capacity_blocks, 0, 0], np.int64))
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _older(last, a, b):  # noqa: ANN001, ANN202 - the heap's order: least recent first
     return last[a] < last[b]
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _unqueue(where, slot, prev, nxt, heap, last, k, size):  # noqa: ANN001, ANN202 - returns the heap size
     if where[k] == 1:
         list_unlink(prev, nxt, k)

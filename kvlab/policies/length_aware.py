@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_count
 from kvlab.policies.base import PolicySpec, register_kernel
 from kvlab.policies.structs import heap_push, heap_sift
@@ -138,7 +138,7 @@ def make_state(flat: FlatTrace, capacity_blocks: int) -> LengthAwareState:
                             np.array([0, capacity_blocks, 0], dtype=np.int64))
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _lower(scores, a, b):  # noqa: ANN001, ANN202 - the heap's order: lowest (count, depth, last access) first
     count, depth, last = scores
     if count[a] != count[b]:

@@ -30,8 +30,8 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_count
 from kvlab.policies.base import PolicySpec, register_kernel
 from kvlab.policies.structs import list_insert_after, list_pop_front, list_unlink, make_lists
@@ -154,7 +154,7 @@ def make_state(flat: FlatTrace, capacity_blocks: int) -> LFUState:
                     np.array([0, capacity_blocks], dtype=np.int64))
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _hit(prev, nxt, count, group_tail, block_id):  # noqa: ANN001, ANN202
     """A hit: the block becomes the most recent block of count ``f + 1`` (behind the last
     block of that count, or of count ``f`` if there is none, or in place if it was alone)."""
@@ -173,7 +173,7 @@ def _hit(prev, nxt, count, group_tail, block_id):  # noqa: ANN001, ANN202
     group_tail[f + 1] = block_id
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _evict(prev, nxt, count, group_tail):  # noqa: ANN001, ANN202
     """Evict the first block (lowest count, least recent; it heads the list, so its own
     ``prev`` need not be read) and return it; its count is forgotten."""
@@ -184,7 +184,7 @@ def _evict(prev, nxt, count, group_tail):  # noqa: ANN001, ANN202
     return victim
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _insert(prev, nxt, count, group_tail, block_id):  # noqa: ANN001, ANN202
     """A new block, count 1: behind the count-1 blocks, or first."""
     list_insert_after(prev, nxt, group_tail[1], block_id)

@@ -42,8 +42,8 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_count, check_int, check_real
 from kvlab.policies.base import PolicySpec, register_kernel
 from kvlab.policies.structs import list_pop_front, list_push_back, list_unlink, make_lists
@@ -218,7 +218,7 @@ def make_state(flat: FlatTrace, capacity_blocks: int, *, small_size_ratio: float
                        np.array([0, 0, 0, capacity_blocks, *sizes, move_to_main_threshold, 0], dtype=np.int64))
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _evict(prev, nxt, where, freq, counters):  # noqa: ANN001, ANN202
     """Evict one block of a non-empty cache (the module docstring's rules); returns it."""
     small_q, main_q, ghost_q = where.shape[0], where.shape[0] + 1, where.shape[0] + 2
@@ -252,7 +252,7 @@ def _evict(prev, nxt, where, freq, counters):  # noqa: ANN001, ANN202
     return victim
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _leave_ghost(prev, nxt, where, counters, block_id):  # noqa: ANN001, ANN202
     """Take a missing block's id out of the ghost; returns whether it was there."""
     if where[block_id] != GHOST:
@@ -263,7 +263,7 @@ def _leave_ghost(prev, nxt, where, counters, block_id):  # noqa: ANN001, ANN202
     return True
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _insert(prev, nxt, where, freq, counters, block_id, ghost_hit):  # noqa: ANN001, ANN202
     """Insert a missing block into a cache with room: to main after a ghost hit, or while
     nothing was evicted and small is full; else to small."""

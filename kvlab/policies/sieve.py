@@ -29,8 +29,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_count
 from kvlab.policies.base import PolicySpec, register_kernel
 from kvlab.policies.structs import list_push_back, list_unlink, make_lists
@@ -148,7 +148,7 @@ def make_state(flat: FlatTrace, capacity_blocks: int) -> SieveState:
                       np.array([0, capacity_blocks, n], dtype=np.int64))
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _sift(newer, older, visited, hand):  # noqa: ANN001, ANN202
     """Run the hand from where it rests (the sentinel: the tail) towards the head, wrapping
     to the tail, clearing visited bits, to the first unvisited block; unlink it and return

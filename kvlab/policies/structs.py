@@ -32,7 +32,8 @@ Example:
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from kvlab.core.jit import kernel_jit
 
 
 def make_lists(n: int, num_lists: int, dtype: type = np.int32) -> tuple[np.ndarray, np.ndarray]:
@@ -45,7 +46,7 @@ def make_lists(n: int, num_lists: int, dtype: type = np.int32) -> tuple[np.ndarr
     return prev, nxt
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def list_unlink(prev, nxt, k):  # noqa: ANN001, ANN201 - numba helper
     """Take entry ``k`` out of the list it is on (its own links are left stale)."""
     p = prev[k]
@@ -54,7 +55,7 @@ def list_unlink(prev, nxt, k):  # noqa: ANN001, ANN201 - numba helper
     prev[q] = p
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def list_insert_after(prev, nxt, at, k):  # noqa: ANN001, ANN201
     """Link entry ``k`` right after entry (or sentinel) ``at``."""
     q = nxt[at]
@@ -64,7 +65,7 @@ def list_insert_after(prev, nxt, at, k):  # noqa: ANN001, ANN201
     prev[q] = k
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def list_push_back(prev, nxt, sentinel, k):  # noqa: ANN001, ANN201
     """Append entry ``k`` as the last (newest) of the list headed by ``sentinel``."""
     last = prev[sentinel]
@@ -74,7 +75,7 @@ def list_push_back(prev, nxt, sentinel, k):  # noqa: ANN001, ANN201
     prev[sentinel] = k
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def list_pop_front(prev, nxt, sentinel):  # noqa: ANN001, ANN201
     """Unlink and return the first (oldest) entry of a non-empty list."""
     k = nxt[sentinel]
@@ -84,7 +85,7 @@ def list_pop_front(prev, nxt, sentinel):  # noqa: ANN001, ANN201
     return k
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def heap_sift(heap, slot, i, size, less, data):  # noqa: ANN001, ANN201
     """Restore the heap order around slot ``i`` (its id moved either way): sift it up past
     every parent it comes before, then down past every child that comes before it (the
@@ -107,7 +108,7 @@ def heap_sift(heap, slot, i, size, less, data):  # noqa: ANN001, ANN201
     slot[k] = i
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def heap_push(heap, slot, k, size, less, data):  # noqa: ANN001, ANN201
     """Add id ``k`` to a heap of ``size`` ids (``heap`` has room); returns the new size."""
     heap[size] = k
@@ -115,7 +116,7 @@ def heap_push(heap, slot, k, size, less, data):  # noqa: ANN001, ANN201
     return size + 1
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def heap_remove(heap, slot, i, size, less, data):  # noqa: ANN001, ANN201
     """Remove the id in slot ``i`` (``slot`` of it becomes ``-1``; the last id fills the
     hole); returns the new size."""

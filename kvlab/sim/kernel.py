@@ -21,8 +21,8 @@ one at a time against the shadow keeps the count exact whatever their order.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.policies.base import kernel_access, kernel_contains, kernel_used
 
 
@@ -34,7 +34,7 @@ def make_orphan_tracker(parents: np.ndarray, enabled: bool) -> tuple[np.ndarray,
             np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64))
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _flip(parents: np.ndarray, shadow: np.ndarray, children: np.ndarray, count: np.ndarray, k: int) -> None:
     p = parents[k]
     if shadow[k]:
@@ -53,7 +53,7 @@ def _flip(parents: np.ndarray, shadow: np.ndarray, children: np.ndarray, count: 
         count[0] -= children[k]
 
 
-@njit(nogil=True, _nrt=False)
+@kernel_jit(nogil=True, _nrt=False)
 def replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, stop: int, reverse: bool,
                  independent: bool, state, evicted: np.ndarray,  # noqa: ANN001
                  parents: np.ndarray, shadow: np.ndarray, children: np.ndarray, count: np.ndarray,

@@ -19,7 +19,8 @@ This module also holds the SHARDS sampling hash (Waldspurger et al., FAST'15):
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from kvlab.core.jit import kernel_jit
 
 #: SHARDS modulus ``P``: a key is sampled iff the top 24 bits of its hash are ``< T``.
 SHARDS_MODULUS = 1 << 24
@@ -61,7 +62,7 @@ def shards_keep(keys: np.ndarray, threshold: int, seed: int) -> np.ndarray:
     return (splitmix64(keys.astype(np.uint64, copy=False) ^ salt) >> np.uint64(40)) < np.uint64(threshold)
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _add(tree: np.ndarray, i: int, value: int) -> None:
     n = tree.shape[0]
     while i < n:
@@ -69,7 +70,7 @@ def _add(tree: np.ndarray, i: int, value: int) -> None:
         i += i & -i
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _prefix(tree: np.ndarray, i: int) -> int:
     s = 0
     while i > 0:
@@ -78,7 +79,7 @@ def _prefix(tree: np.ndarray, i: int) -> int:
     return s
 
 
-@njit(nogil=True, cache=True)
+@kernel_jit(nogil=True)
 def stack_distance_histograms(offsets: np.ndarray, block_ids: np.ndarray, input_tokens: np.ndarray,
                               block_size: int, skip: int, reverse: bool, sampled: bool, keep: np.ndarray,
                               num_slots: int, block_hist: np.ndarray, token_hist: np.ndarray,

@@ -21,8 +21,8 @@ ignored: vLLM only ever hashes full blocks.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from kvlab.core.jit import kernel_jit
 from kvlab.policies.structs import list_insert_after, list_pop_front, list_push_back, list_unlink, make_lists
 
 FREE_ORDERS = ("classic", "current")
@@ -47,7 +47,7 @@ def make_vllm_state(num_keys: int, capacity_blocks: int, max_request_blocks: int
     return q_next, q_prev, slot_key, copy_next, copy_prev, table, counters
 
 
-@njit(nogil=True, _nrt=False)
+@kernel_jit(nogil=True, _nrt=False)
 def vllm_replay_range(offsets: np.ndarray, block_ids: np.ndarray, input_tokens: np.ndarray, block_size: int,
                       current_order: bool, start: int, stop: int,
                       q_next: np.ndarray, q_prev: np.ndarray, slot_key: np.ndarray, copy_next: np.ndarray,

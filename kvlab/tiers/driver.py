@@ -30,9 +30,10 @@ are logged where they change (:func:`record_used`: once the tiers are full, seld
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import types
 from numba.extending import overload
 
+from kvlab.core.jit import kernel_jit
 from kvlab.policies.base import kernel_evict, kernel_insert, kernel_remove, kernel_touch
 
 #: Write policy codes of the driver (index into :data:`kvlab.tiers.types.WRITE_POLICIES`).
@@ -53,27 +54,27 @@ _FIRST_TIER = np.array([(m & -m).bit_length() - 1 if m else MAX_TIERS for m in r
 TOUCH, INSERT, EVICT, REMOVE = 0, 1, 2, 3
 
 
-@njit(_nrt=False)
+@kernel_jit(_nrt=False)
 def hook_touch(state, block_id):  # noqa: ANN001, ANN201 - numba: any state with the tier hooks
     """The ``touch`` hook of ``state`` (returns 0)."""
     kernel_touch(state, block_id)
     return 0
 
 
-@njit(_nrt=False)
+@kernel_jit(_nrt=False)
 def hook_insert(state, block_id):  # noqa: ANN001, ANN201
     """The ``insert`` hook of ``state`` (returns 0)."""
     kernel_insert(state, block_id)
     return 0
 
 
-@njit(_nrt=False)
+@kernel_jit(_nrt=False)
 def hook_evict(state, block_id):  # noqa: ANN001, ANN201, ARG001
     """The ``evict`` hook of ``state``: the victim, ``-1`` if nothing is resident."""
     return kernel_evict(state)
 
 
-@njit(_nrt=False)
+@kernel_jit(_nrt=False)
 def hook_remove(state, block_id):  # noqa: ANN001, ANN201
     """The ``remove`` hook of ``state``: 1 if the block was resident, else 0."""
     return 1 if kernel_remove(state, block_id) else 0
@@ -106,13 +107,13 @@ def _tier_call(states, t, op, block_id):  # noqa: ANN001, ANN202, ARG001 - numba
 
 # ---------------------------------------------------------------- the driver
 
-@njit(_nrt=False)
+@kernel_jit(_nrt=False)
 def _can_accept(capacity: np.ndarray, evicts: np.ndarray, used: np.ndarray, u: int) -> bool:
     """Whether tier ``u`` can take a new block (:meth:`~kvlab.tiers.tier.Tier.can_accept`)."""
     return capacity[u] > 0 and (used[u] < capacity[u] or evicts[u])
 
 
-@njit(_nrt=False)
+@kernel_jit(_nrt=False)
 def _lookup(block_ids: np.ndarray, a: int, n: int, where: np.ndarray, queried: np.ndarray, counters: np.ndarray,
             hits: np.ndarray, r: int) -> None:
     """The lookup walk of request ``r`` (blocks ``a .. a + n - 1``): ``hits[r, t]`` += the blocks
@@ -134,7 +135,7 @@ def _lookup(block_ids: np.ndarray, a: int, n: int, where: np.ndarray, queried: n
         counters[w, HIT] += 1
 
 
-@njit(_nrt=False)
+@kernel_jit(_nrt=False)
 def record_used(used: np.ndarray, used_log: np.ndarray, m: int, r: int) -> int:
     """Log the resident blocks per tier after request ``r`` if they differ from the last
     logged (rows ``0 .. m - 1`` of ``used_log``: the request, then one column per tier);
@@ -154,7 +155,7 @@ def record_used(used: np.ndarray, used_log: np.ndarray, m: int, r: int) -> int:
     return m
 
 
-@njit(nogil=True, _nrt=False)
+@kernel_jit(nogil=True, _nrt=False)
 def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, stop: int, reverse: bool,
                         write_policy: int, promote: bool, selective_hits: int, states: tuple, where: np.ndarray,
                         capacity: np.ndarray, evicts: np.ndarray, used: np.ndarray, uses: np.ndarray,
@@ -287,7 +288,7 @@ def tiered_replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, 
         counters[t, QUERIED] += total
 
 
-@njit(nogil=True)
+@kernel_jit(nogil=True)
 def max_request_blocks(offsets: np.ndarray) -> int:
     """The longest request's blocks (0 if none), from the CSR ``offsets``."""
     longest = 0
@@ -296,7 +297,7 @@ def max_request_blocks(offsets: np.ndarray) -> int:
     return longest
 
 
-@njit(nogil=True)
+@kernel_jit(nogil=True)
 def request_columns(offsets: np.ndarray, input_tokens: np.ndarray, block_size: int, skip: int,
                     hit_blocks: np.ndarray, used_log: np.ndarray, hits: np.ndarray, used: np.ndarray,
                     total: np.ndarray, hit_tokens: np.ndarray, computed: np.ndarray,

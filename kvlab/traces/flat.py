@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-from numba import njit
+
+from kvlab.core.jit import kernel_jit
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,7 +147,7 @@ _EMPTY = np.int64(-1)
 _BATCH = 16
 
 
-@njit(inline="always")
+@kernel_jit(inline="always")
 def _mix(key: np.uint64) -> np.uint64:
     """splitmix64's finaliser: every key bit moves every slot bit (sequential or strided ids spread)."""
     key = (key ^ (key >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -154,7 +155,7 @@ def _mix(key: np.uint64) -> np.uint64:
     return key ^ (key >> np.uint64(31))
 
 
-@njit(cache=True, nogil=True)
+@kernel_jit(nogil=True)
 def _intern(refs: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """Dense ids of ``refs`` (first seen first), the keys by id (first ``num_keys`` valid),
     ``num_keys`` (-1 past ``_MAX_KEYS``). Slots hold ``(key, id)``; id -1 marks a free slot."""
