@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 import polars as pl
 
-from kvlab.core.result import RunResult, RunSummary, rolling_hit_ratio, timeline_frame
+from kvlab.core.result import RunResult, RunSummary, bucket_sums, rolling_hit_ratio, timeline_frame, timeline_steps
 from kvlab.core.semantics import HIT_SEMANTICS, SINGLE_TIER, TOUCH_ORDERS
 from kvlab.core.validate import check_choice, check_flag, check_int, check_positive, check_real, config_with
 from kvlab.engines.replay import replay_omlx
@@ -30,6 +30,9 @@ from kvlab.traces.flat import FlatTrace
 #: or oMLX's paged cache (:func:`kvlab.engines.replay_omlx`).
 MODES = ("prefix", "vllm", "omlx")
 _CHUNK_REFS = 2_000_000  # block refs per kernel call when a progress bar is shown
+#: Default :attr:`ReplayConfig.timeline_points`: points per timeline metric (charts draw at most
+#: about this many, see :mod:`kvlab.viz`).
+TIMELINE_POINTS = 2_000
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,12 @@ class ReplayConfig:
             SSD store, the pool holding metadata).
         ssd_capacity_blocks: ``"omlx"`` mode with ``ssd_only``: the SSD store's capacity in
             blocks (>= 1); ``None`` = unbounded.
+        timeline_points: most points per metric the timeline records (>= 1; default
+            :data:`TIMELINE_POINTS`), so its size does not grow with the trace; ``None`` =
+            one point per request (full resolution). The requests are cut into buckets of
+            ``ceil(num_requests / timeline_points)`` consecutive requests
+            (:func:`kvlab.core.timeline_steps`); see :func:`replay` for what a point holds.
+            The ``requests`` frame and the summary stay exact either way.
 
     Raises:
         ValueError: a field out of range or an unknown policy (names field and value).
@@ -95,6 +104,7 @@ class ReplayConfig:
     track_orphans: bool = False
     ssd_only: bool = False
     ssd_capacity_blocks: int | None = None
+    timeline_points: int | None = TIMELINE_POINTS
 
     def __post_init__(self) -> None:
         get_policy(self.policy)
@@ -112,6 +122,7 @@ class ReplayConfig:
             "ssd_only": check_flag("ssd_only", self.ssd_only),
             "ssd_capacity_blocks": check_int("ssd_capacity_blocks", self.ssd_capacity_blocks, low=1,
                                              high=2**63 - 1, optional=True),
+            "timeline_points": check_int("timeline_points", self.timeline_points, low=1, optional=True),
         }
         if not 0.0 <= normal["warmup_fraction"] < 1.0:
             raise ValueError(f"warmup_fraction must be a number in [0, 1), got {self.warmup_fraction!r}")
@@ -283,24 +294,33 @@ def summarize(trace: Trace, config: ReplayConfig, run: KernelRun,
     """Totals of a kernel run over the measured requests, as a ``summary_type``."""
     flat = trace.flat
     skip = config.warmup_requests(flat.num_requests)
-    blocks = flat.blocks_per_request()[skip:]
-    hits = run.hit_blocks[skip:].astype(np.int64)
+    blocks = np.diff(flat.offsets[skip:])
+    hits = run.hit_blocks[skip:]
     inputs = flat.input_tokens[skip:]
-    hit_tokens = np.minimum(hits * flat.block_size, inputs)
-    refs, num_inputs = int(blocks.sum()), int(inputs.sum())
+    refs, num_inputs, num_hits = int(flat.offsets[-1] - flat.offsets[skip]), int(inputs.sum()), int(hits.sum())
+    num_hit_tokens = int(_hit_tokens(hits, inputs, flat.block_size).sum())
     nonempty = blocks > 0
+    num_nonempty = int(np.count_nonzero(nonempty))
+    ratios = np.divide(hits, blocks, out=np.zeros(blocks.shape[0]), where=nonempty)
     return summary_type(
         source=trace.source, config=config, requests=int(blocks.shape[0]), warmup_requests=skip,
-        block_refs=refs, hit_blocks=int(hits.sum()),
-        block_hit_ratio=float(hits.sum() / refs) if refs else 0.0,
-        input_tokens=num_inputs, hit_tokens=int(hit_tokens.sum()),
-        token_hit_ratio=float(hit_tokens.sum() / num_inputs) if num_inputs else 0.0,
-        mean_request_block_hit_ratio=float(np.mean(hits[nonempty] / blocks[nonempty])) if nonempty.any() else 0.0,
+        block_refs=refs, hit_blocks=num_hits,
+        block_hit_ratio=num_hits / refs if refs else 0.0,
+        input_tokens=num_inputs, hit_tokens=num_hit_tokens,
+        token_hit_ratio=num_hit_tokens / num_inputs if num_inputs else 0.0,
+        mean_request_block_hit_ratio=float(ratios.sum() / num_nonempty) if num_nonempty else 0.0,
         evictions=int(run.evictions[skip:].sum()),
         peak_used_blocks=int(run.used_blocks.max()) if run.used_blocks.size else 0,
-        rejected_requests=int((~run.admitted[skip:]).sum()),
+        rejected_requests=int(hits.shape[0] - np.count_nonzero(run.admitted[skip:])),
         mean_orphaned_share=_orphan_share(run, skip) if config.track_orphans else None,
     )
+
+
+def _hit_tokens(hit_blocks: np.ndarray, input_tokens: np.ndarray, block_size: int) -> np.ndarray:
+    """``min(hit_blocks * block_size, input_tokens)`` per request (``int64``)."""
+    tokens = hit_blocks.astype(np.int64)
+    tokens *= block_size
+    return np.minimum(tokens, input_tokens, out=tokens)
 
 
 def _orphan_share(run: KernelRun, skip: int) -> float:
@@ -328,10 +348,16 @@ def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool =
           ``miss_blocks``, ``miss_tokens`` (u32), ``evictions``, ``used_blocks`` (i32, after
           the request; cached blocks in ``"vllm"`` mode), ``measured`` (bool, false during
           warm-up);
-        * ``timeline``: one row per request and metric, ``step`` = request index, ``time_s`` =
-          arrival, tier ``"cache"``: ``used_blocks``, ``evictions``, ``hit_ratio_rolling``
-          (block-weighted over the last ``window_requests``), ``capacity_blocks`` (bounded
-          caches), ``orphaned_blocks`` (with ``track_orphans``), ``hit_blocks``, ``miss_blocks``;
+        * ``timeline``: at most ``config.timeline_points`` points per metric (one per request
+          when ``timeline_points`` is ``None`` or the trace is shorter), tier ``"cache"``. The
+          requests are cut into buckets of ``ceil(num_requests / timeline_points)`` consecutive
+          requests (:func:`kvlab.core.timeline_steps`); a point's ``step`` is the index of its
+          bucket's last request and ``time_s`` that request's arrival. Gauges are their value
+          after that request: ``used_blocks``, ``hit_ratio_rolling`` (block-weighted over the
+          last ``window_requests`` requests), ``capacity_blocks`` (bounded caches),
+          ``orphaned_blocks`` (with ``track_orphans``); counters are summed over the bucket:
+          ``evictions``, ``hit_blocks``, ``miss_blocks`` (so their totals over the timeline
+          are the ``requests`` frame's);
         * ``summary``: a :class:`ReplaySummary`; ``config``: the :class:`ReplayConfig`.
 
         In mode ``"omlx"``, :func:`kvlab.engines.replay_omlx`'s result (the same four parts).
@@ -363,43 +389,56 @@ def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool =
 def result_of(trace: Trace, config: ReplayConfig, run: KernelRun,
               summary_type: type[ReplaySummary] = ReplaySummary) -> RunResult:
     """The :class:`~kvlab.core.RunResult` of a run's per-request arrays (as :func:`replay` returns)."""
-    return RunResult(requests=_requests_frame(trace, config, run), timeline=_timeline_frame(trace, config, run),
+    offsets = trace.flat.offsets
+    blocks = np.subtract(offsets[1:], offsets[:-1], out=np.empty(offsets.shape[0] - 1, np.uint32), casting="unsafe")
+    return RunResult(requests=_requests_frame(trace, config, run, blocks),
+                     timeline=_timeline_frame(trace, config, run, blocks),
                      summary=summarize(trace, config, run, summary_type), config=config)
 
 
-def _requests_frame(trace: Trace, config: ReplayConfig, run: KernelRun) -> pl.DataFrame:
+def _requests_frame(trace: Trace, config: ReplayConfig, run: KernelRun, blocks: np.ndarray) -> pl.DataFrame:
+    """One row per request, built from arrays (``blocks``: ``u32`` blocks of each request): the
+    trace's columns are shared, not copied; the kernel's non-negative ``int32`` outputs are viewed
+    as ``u32`` where the contract wants it."""
     flat = trace.flat
-    blocks = flat.blocks_per_request()
-    hit_tokens = np.minimum(run.hit_blocks.astype(np.int64) * flat.block_size, flat.input_tokens)
-    measured = np.arange(flat.num_requests) >= config.warmup_requests(flat.num_requests)
-    return pl.DataFrame({
+    n = flat.num_requests
+    hit_tokens = _hit_tokens(run.hit_blocks, flat.input_tokens, flat.block_size).astype(np.uint32)
+    measured = np.ones(n, dtype=np.bool_)
+    measured[: config.warmup_requests(n)] = False
+    columns = {
         "request_id": trace.frame["request_id"],
         "arrival_s": trace.frame["arrival_s"],
         "input_tokens": trace.frame["input_tokens"],
-        "hit_blocks": pl.Series(run.hit_blocks, dtype=pl.UInt32),
-        "hit_tokens": pl.Series(hit_tokens, dtype=pl.UInt32),
+        "hit_blocks": run.hit_blocks.view(np.uint32),
+        "hit_tokens": hit_tokens,
         "rejected": ~run.admitted,
-        "blocks": pl.Series(blocks, dtype=pl.UInt32),
-        "miss_blocks": pl.Series(blocks - run.hit_blocks, dtype=pl.UInt32),
-        "miss_tokens": pl.Series(flat.input_tokens - hit_tokens, dtype=pl.UInt32),
+        "blocks": blocks,
+        "miss_blocks": np.subtract(blocks, run.hit_blocks.view(np.uint32)),
+        "miss_tokens": np.subtract(trace.frame["input_tokens"].to_numpy().astype(np.uint32, copy=False), hit_tokens),
         "evictions": run.evictions,
         "used_blocks": run.used_blocks,
         "measured": measured,
-    })
+    }
+    return pl.DataFrame({name: pl.Series(name, values) if isinstance(values, np.ndarray) else values
+                         for name, values in columns.items()})
 
 
-def _timeline_frame(trace: Trace, config: ReplayConfig, run: KernelRun) -> pl.DataFrame:
+def _timeline_frame(trace: Trace, config: ReplayConfig, run: KernelRun, blocks: np.ndarray) -> pl.DataFrame:
+    """The timeline at ``config.timeline_points`` (see :func:`replay`), built from arrays of one
+    value per point (no array per request beyond the kernel's outputs and ``blocks``)."""
     flat = trace.flat
-    blocks = flat.blocks_per_request()
+    steps = timeline_steps(flat.num_requests, config.timeline_points)
+    hit_blocks = bucket_sums(run.hit_blocks, steps)
     metrics = {
-        "used_blocks": run.used_blocks,
-        "evictions": run.evictions,
-        "hit_ratio_rolling": rolling_hit_ratio(run.hit_blocks, blocks, config.window_requests),
+        "used_blocks": run.used_blocks[steps],
+        "evictions": bucket_sums(run.evictions, steps),
+        "hit_ratio_rolling": rolling_hit_ratio(run.hit_blocks, blocks, config.window_requests, at=steps),
     }
     if config.capacity_blocks is not None:
-        metrics["capacity_blocks"] = np.full(flat.num_requests, config.capacity_blocks)
+        metrics["capacity_blocks"] = np.full(steps.shape[0], config.capacity_blocks)
     if config.track_orphans:
-        metrics["orphaned_blocks"] = run.orphans
-    metrics["hit_blocks"] = run.hit_blocks
-    metrics["miss_blocks"] = blocks - run.hit_blocks
-    return timeline_frame(np.arange(flat.num_requests), trace.frame["arrival_s"].to_numpy(), SINGLE_TIER, metrics)
+        metrics["orphaned_blocks"] = run.orphans[steps]
+    metrics["hit_blocks"] = hit_blocks
+    metrics["miss_blocks"] = np.diff(flat.offsets[steps + 1], prepend=flat.offsets[0]) - hit_blocks
+    arrival = trace.frame["arrival_s"].to_numpy()
+    return timeline_frame(steps, arrival[steps], SINGLE_TIER, metrics)
