@@ -4,6 +4,8 @@ and the core helpers it is built with (:func:`kvlab.core.timeline_steps`, :func:
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import polars as pl
 import pytest
@@ -136,3 +138,18 @@ def test_rolling_hit_ratio_at_steps_is_the_full_one_there(data, window, picks) -
         rolling_hit_ratio(hits, blocks, window)[at].tolist())
     with pytest.raises(ValueError, match="at must hold steps"):
         rolling_hit_ratio(hits, blocks, window, at=[len(data)])
+
+
+def test_summary_in_chunks_is_the_summary_in_one(monkeypatch) -> None:
+    """summarize works through the requests in chunks: chunks of 3 requests (a warm-up of 2 cutting
+    the first one) give the totals of the requests frame."""
+    replay_module = importlib.import_module("kvlab.sim.replay")
+    monkeypatch.setattr(replay_module, "_SUMMARY_CHUNK", 3)
+    trace = make_trace(SCENARIO * 3, block_size=4, input_tokens=[10, 12, 5, 9, 8] * 3)
+    result = replay(trace, capacity_blocks=4, warmup_fraction=0.2)
+    s, measured = result.summary, result.requests.filter("measured")
+    assert (s.requests, s.warmup_requests) == (12, 3)
+    assert (s.hit_blocks, s.hit_tokens, s.input_tokens, s.block_refs, s.evictions) == (
+        measured["hit_blocks"].sum(), measured["hit_tokens"].sum(), measured["input_tokens"].sum(),
+        measured["blocks"].sum(), measured["evictions"].sum())
+    assert s.mean_request_block_hit_ratio == pytest.approx((measured["hit_blocks"] / measured["blocks"]).mean())

@@ -33,6 +33,7 @@ _CHUNK_REFS = 2_000_000  # block refs per kernel call when a progress bar is sho
 #: Default :attr:`ReplayConfig.timeline_points`: points per timeline metric (charts draw at most
 #: about this many, see :mod:`kvlab.viz`).
 TIMELINE_POINTS = 2_000
+_SUMMARY_CHUNK = 1 << 20  # requests per step of summarize's totals (bounds its temporaries)
 
 
 @dataclass(frozen=True)
@@ -291,36 +292,46 @@ def _vllm_step(flat: FlatTrace, config: ReplayConfig, hits: np.ndarray, used: np
 
 def summarize(trace: Trace, config: ReplayConfig, run: KernelRun,
               summary_type: type[ReplaySummary] = ReplaySummary) -> ReplaySummary:
-    """Totals of a kernel run over the measured requests, as a ``summary_type``."""
+    """Totals of a kernel run over the measured requests, as a ``summary_type``.
+
+    Works through the requests in chunks of :data:`_SUMMARY_CHUNK`, so its temporary arrays
+    stay a few MiB whatever the trace's length.
+    """
     flat = trace.flat
-    skip = config.warmup_requests(flat.num_requests)
-    blocks = np.diff(flat.offsets[skip:])
-    hits = run.hit_blocks[skip:]
-    inputs = flat.input_tokens[skip:]
-    refs, num_inputs, num_hits = int(flat.offsets[-1] - flat.offsets[skip]), int(inputs.sum()), int(hits.sum())
-    num_hit_tokens = int(_hit_tokens(hits, inputs, flat.block_size).sum())
-    nonempty = blocks > 0
-    num_nonempty = int(np.count_nonzero(nonempty))
-    ratios = np.divide(hits, blocks, out=np.zeros(blocks.shape[0]), where=nonempty)
+    n = flat.num_requests
+    skip = config.warmup_requests(n)
+    num_hits = num_hit_tokens = num_nonempty = 0
+    ratio_sum = 0.0
+    for a in range(skip, n, _SUMMARY_CHUNK):
+        b = min(a + _SUMMARY_CHUNK, n)
+        blocks, hits = np.diff(flat.offsets[a:b + 1]), run.hit_blocks[a:b]
+        num_hits += int(hits.sum(dtype=np.int64))
+        num_hit_tokens += int(_hit_tokens(hits, flat.input_tokens[a:b], flat.block_size).sum(dtype=np.int64))
+        nonempty = blocks > 0
+        num_nonempty += int(np.count_nonzero(nonempty))
+        ratio_sum += float(np.divide(hits, blocks, out=np.zeros(b - a), where=nonempty).sum())
+    refs, num_inputs = int(flat.offsets[-1] - flat.offsets[skip]), int(flat.input_tokens[skip:].sum())
     return summary_type(
-        source=trace.source, config=config, requests=int(blocks.shape[0]), warmup_requests=skip,
+        source=trace.source, config=config, requests=n - skip, warmup_requests=skip,
         block_refs=refs, hit_blocks=num_hits,
         block_hit_ratio=num_hits / refs if refs else 0.0,
         input_tokens=num_inputs, hit_tokens=num_hit_tokens,
         token_hit_ratio=num_hit_tokens / num_inputs if num_inputs else 0.0,
-        mean_request_block_hit_ratio=float(ratios.sum() / num_nonempty) if num_nonempty else 0.0,
-        evictions=int(run.evictions[skip:].sum()),
+        mean_request_block_hit_ratio=ratio_sum / num_nonempty if num_nonempty else 0.0,
+        evictions=int(run.evictions[skip:].sum(dtype=np.int64)),
         peak_used_blocks=int(run.used_blocks.max()) if run.used_blocks.size else 0,
-        rejected_requests=int(hits.shape[0] - np.count_nonzero(run.admitted[skip:])),
+        rejected_requests=int(n - skip - np.count_nonzero(run.admitted[skip:])),
         mean_orphaned_share=_orphan_share(run, skip) if config.track_orphans else None,
     )
 
 
 def _hit_tokens(hit_blocks: np.ndarray, input_tokens: np.ndarray, block_size: int) -> np.ndarray:
-    """``min(hit_blocks * block_size, input_tokens)`` per request (``int64``)."""
-    tokens = hit_blocks.astype(np.int64)
-    tokens *= block_size
-    return np.minimum(tokens, input_tokens, out=tokens)
+    """``min(hit_blocks * block_size, input_tokens)`` per request, ``u32`` (the ``requests``
+    frame's dtype; ``hit_blocks * block_size`` is below ``input_tokens + block_size``), computed
+    in place in one array."""
+    tokens = hit_blocks.astype(np.uint32)
+    tokens *= np.uint32(block_size)
+    return np.minimum(tokens, input_tokens, out=tokens, casting="unsafe")
 
 
 def _orphan_share(run: KernelRun, skip: int) -> float:
@@ -402,7 +413,8 @@ def _requests_frame(trace: Trace, config: ReplayConfig, run: KernelRun, blocks: 
     as ``u32`` where the contract wants it."""
     flat = trace.flat
     n = flat.num_requests
-    hit_tokens = _hit_tokens(run.hit_blocks, flat.input_tokens, flat.block_size).astype(np.uint32)
+    input_tokens = trace.frame["input_tokens"].to_numpy()
+    hit_tokens = _hit_tokens(run.hit_blocks, input_tokens, flat.block_size)
     measured = np.ones(n, dtype=np.bool_)
     measured[: config.warmup_requests(n)] = False
     columns = {
@@ -414,7 +426,7 @@ def _requests_frame(trace: Trace, config: ReplayConfig, run: KernelRun, blocks: 
         "rejected": ~run.admitted,
         "blocks": blocks,
         "miss_blocks": np.subtract(blocks, run.hit_blocks.view(np.uint32)),
-        "miss_tokens": np.subtract(trace.frame["input_tokens"].to_numpy().astype(np.uint32, copy=False), hit_tokens),
+        "miss_tokens": np.subtract(input_tokens, hit_tokens, dtype=np.uint32, casting="unsafe"),
         "evictions": run.evictions,
         "used_blocks": run.used_blocks,
         "measured": measured,
