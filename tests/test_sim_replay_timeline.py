@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from conftest import chained_traces, make_trace
 from kvlab.core import SINGLE_TIER, bucket_sums, rolling_hit_ratio, timeline_frame, timeline_steps
 from kvlab.sim import ReplayConfig, replay
+from kvlab.viz import tier_breakdown
 
 A, B, C, D, E = 11, 22, 33, 44, 55
 # LRU, capacity 4, head most recent, prefix hits, by hand:
@@ -153,3 +154,12 @@ def test_summary_in_chunks_is_the_summary_in_one(monkeypatch) -> None:
         measured["hit_blocks"].sum(), measured["hit_tokens"].sum(), measured["input_tokens"].sum(),
         measured["blocks"].sum(), measured["evictions"].sum())
     assert s.mean_request_block_hit_ratio == pytest.approx((measured["hit_blocks"] / measured["blocks"]).mean())
+
+
+def test_the_warm_up_ends_a_bucket() -> None:
+    """Warm-up of 2 requests (0.4 of 5), buckets of 3: the points are at requests 1, 2 and 4, so the
+    measured steps' counters are exactly the measured requests' (what the tier breakdown reads)."""
+    result = replay(make_trace(SCENARIO, block_size=1), capacity_blocks=4, window_requests=2, timeline_points=2,
+                    warmup_fraction=0.4)
+    assert points(result, "hit_blocks") == [(1, 1.0, 2.0), (2, 2.0, 1.0), (4, 4.0, 4.0)]
+    assert tier_breakdown(result)["blocks"].to_list() == [5.0, 2.0]

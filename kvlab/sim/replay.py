@@ -362,8 +362,10 @@ def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool =
         * ``timeline``: at most ``config.timeline_points`` points per metric (one per request
           when ``timeline_points`` is ``None`` or the trace is shorter), tier ``"cache"``. The
           requests are cut into buckets of ``ceil(num_requests / timeline_points)`` consecutive
-          requests (:func:`kvlab.core.timeline_steps`); a point's ``step`` is the index of its
-          bucket's last request and ``time_s`` that request's arrival. Gauges are their value
+          requests (:func:`kvlab.core.timeline_steps`), the last warm-up request also ending
+          one (so no bucket mixes warm-up and measured requests: one point more at most); a
+          point's ``step`` is the index of its bucket's last request and ``time_s`` that
+          request's arrival. Gauges are their value
           after that request: ``used_blocks``, ``hit_ratio_rolling`` (block-weighted over the
           last ``window_requests`` requests), ``capacity_blocks`` (bounded caches),
           ``orphaned_blocks`` (with ``track_orphans``); counters are summed over the bucket:
@@ -440,6 +442,8 @@ def _timeline_frame(trace: Trace, config: ReplayConfig, run: KernelRun, blocks: 
     value per point (no array per request beyond the kernel's outputs and ``blocks``)."""
     flat = trace.flat
     steps = timeline_steps(flat.num_requests, config.timeline_points)
+    if 0 < (skip := config.warmup_requests(flat.num_requests)) and config.timeline_points is not None:
+        steps = np.union1d(steps, [skip - 1])  # no bucket mixes warm-up and measured requests
     hit_blocks = bucket_sums(run.hit_blocks, steps)
     metrics = {
         "used_blocks": run.used_blocks[steps],
