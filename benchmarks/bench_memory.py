@@ -1,73 +1,102 @@
-"""Peak memory of a 10 M-reference replay, against the size of its input arrays.
+"""Peak memory of ``kvlab.replay`` at 1 M, 10 M and 100 M references (issue 17, item 4).
 
-A child process loads only the flat trace arrays (offsets, block ids, input lengths) of a
-10 M-request Zipf trace from ``.npy`` files, compiles the LRU kernel on a tiny trace,
-then replays the full trace; the growth of its peak RSS (``VmHWM``) during the replay is
-compared with the input arrays' bytes. Target (issue #5): ≤ 2×.
+Workload: ``zipf_objects(n, n // 10, alpha=1.0, seed=0)`` — ``n`` one-block requests over
+``n / 10`` objects, the issue's 10 M-request stream scaled (the hardest case per reference:
+one request per block, so every per-request array is as long as the block references) —
+replayed through LRU with 100,000 blocks, ``hit_semantics="independent"``,
+``touch_order="tail_most_recent"``, the default bounded timeline. Each size runs in a fresh
+child process, which compiles the kernel on a tiny trace first, then builds the trace, its
+flat arrays and the result; it reads its peak RSS (``VmHWM``) and its RSS (``VmRSS``) after
+each stage and the bytes of what it holds (trace frame, flat arrays, result frames). Targets: peak RSS ≤ 8 GiB at
+100 M references, and cost linear in references (peak RSS above the import's, per reference, at
+the largest size ≤ 1.25× the smallest of all sizes).
 
-Usage: ``python benchmarks/bench_memory.py --out out/bench/bench_memory.json``.
+Usage: ``python benchmarks/bench_memory.py [--sizes 1000000 10000000 100000000]
+[--out out/bench/bench_memory.json]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-import numpy as np
+from report import exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
-from kvlab.traces import zipf_objects
-from report import machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
-
-TARGET = 2.0
+PEAK_TARGET_BYTES = 8 * 2**30
+LINEAR_TARGET = 1.25
 CHILD = r"""
-import json, sys
+import json, sys, time
 import numpy as np
-from kvlab.sim.replay import ReplayConfig, run_flat
-from kvlab.traces.flat import FlatTrace
+import kvlab
+from kvlab.traces import zipf_objects
 
-def peak_rss():  # VmHWM: this address space's peak (ru_maxrss would carry the parent's across exec)
-    line = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+def rss(field):  # VmHWM: this address space's peak (ru_maxrss would carry the parent's across exec)
+    line = next(l for l in open("/proc/self/status") if l.startswith(field + ":"))
     return int(line.split()[1]) * 1024
 
-d = sys.argv[1]
-offsets, block_ids, input_tokens = (np.load(f"{d}/{n}.npy") for n in ("offsets", "block_ids", "input_tokens"))
-num_keys = int(block_ids.max()) + 1
-flat = FlatTrace(offsets, block_ids, np.arange(num_keys, dtype=np.uint64), input_tokens, 1)
-tiny = FlatTrace(offsets[:3] - offsets[0], block_ids[:2], flat.keys, input_tokens[:2], 1)
-config = ReplayConfig(capacity_blocks=100_000)
-run_flat(tiny, config)  # compile before measuring
-before = peak_rss()
-run = run_flat(flat, config)
-after = peak_rss()
-print(json.dumps({"rss_growth_bytes": after - before, "hits": int(run.hit_blocks.sum())}))
+n = int(sys.argv[1])
+config = dict(capacity_blocks=100_000, hit_semantics="independent", touch_order="tail_most_recent")
+kvlab.replay(zipf_objects(100, 10, seed=0), **config)  # compile before measuring
+stages, held = {"imported": rss("VmHWM")}, {"imported": rss("VmRSS")}
+cpu = time.process_time()
+trace = zipf_objects(n, n // 10, alpha=1.0, seed=0)
+stages["trace"], held["trace"] = rss("VmHWM"), rss("VmRSS")
+flat = trace.flat
+stages["flat"], held["flat"] = rss("VmHWM"), rss("VmRSS")
+result = kvlab.replay(trace, **config)
+stages["replay"], held["replay"] = rss("VmHWM"), rss("VmRSS")
+print(json.dumps({
+    "refs": flat.num_refs, "requests": flat.num_requests, "peak_rss_bytes": stages["replay"],
+    "peak_rss_after_stage_bytes": stages, "rss_after_stage_bytes": held, "cpu_s": time.process_time() - cpu,
+    "held_bytes": {
+        "trace_frame": trace.frame.estimated_size(),
+        "flat_arrays": sum(getattr(flat, a).nbytes for a in ("offsets", "block_ids", "keys", "input_tokens")),
+        "requests_frame": result.requests.estimated_size(),
+        "timeline_frame": result.timeline.estimated_size(),
+    },
+    "timeline_rows": result.timeline.height, "block_hit_ratio": result.summary.block_hit_ratio,
+}))
 """
+
+
+def measure(num_refs: int) -> dict[str, object]:
+    """Run one size in a fresh child process; its JSON line as a dict."""
+    out = subprocess.run([sys.executable, "-c", CHILD, str(num_refs)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000, 100_000_000])
     parser.add_argument("--out", type=Path, default=Path("out/bench/bench_memory.json"))
     args = parser.parse_args()
-    flat = zipf_objects(10_000_000, 1_000_000, alpha=1.0, seed=0).flat
-    arrays = {"offsets": flat.offsets, "block_ids": flat.block_ids, "input_tokens": flat.input_tokens}
-    input_bytes = sum(a.nbytes for a in arrays.values())
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, array in arrays.items():
-            np.save(Path(tmp) / f"{name}.npy", array)
-        out = subprocess.run([sys.executable, "-c", CHILD, tmp], capture_output=True, text=True, check=True)
-    child = json.loads(out.stdout)
-    ratio = child["rss_growth_bytes"] / input_bytes
-    report = {"benchmark": "bench_memory", "refs": flat.num_refs, "input_array_bytes": input_bytes,
-              "replay_peak_rss_growth_bytes": child["rss_growth_bytes"], "ratio": ratio, "target": TARGET,
-              "met": ratio <= TARGET, "machine": machine_info()}
+    load_before = os.getloadavg()
+    runs = []
+    for size in args.sizes:
+        run = measure(size)
+        run["peak_rss_bytes_per_ref"] = run["peak_rss_bytes"] / run["refs"]
+        base = run["peak_rss_after_stage_bytes"]["imported"]
+        run["peak_rss_above_import_bytes_per_ref"] = (run["peak_rss_bytes"] - base) / run["refs"]
+        runs.append(run)
+        held = ", ".join(f"{k} {v / 2**20:,.0f} MiB" for k, v in run["held_bytes"].items())
+        stage = next(k for k, v in run["peak_rss_after_stage_bytes"].items() if v == run["peak_rss_bytes"])
+        print(f"{run['refs']:>12,} refs: peak RSS {run['peak_rss_bytes'] / 2**30:.2f} GiB, reached by stage {stage!r} "
+              f"({run['peak_rss_above_import_bytes_per_ref']:.1f} B/ref above the import), {run['cpu_s']:.1f} s CPU; "
+              f"holds {held}", flush=True)
+    largest, per_ref = runs[-1], [r["peak_rss_above_import_bytes_per_ref"] for r in runs]
+    met = {"peak_rss_le_8GiB_at_largest": largest["peak_rss_bytes"] <= PEAK_TARGET_BYTES,
+           "linear_in_refs": per_ref[-1] <= LINEAR_TARGET * min(per_ref)}
+    report = {"benchmark": "bench_memory", "workload": "zipf_objects(n, n // 10, alpha=1.0, seed=0), LRU "
+              "capacity 100,000, independent hits, tail_most_recent, default timeline_points",
+              "runs": runs, "peak_target_bytes": PEAK_TARGET_BYTES, "linear_target": LINEAR_TARGET, "met": met,
+              "load_average_before": load_before, "load_average_after": os.getloadavg(),
+              "machine": machine_info()}
     write_report(args.out, report)
-    print(f"10M-reference LRU replay: peak RSS grew {child['rss_growth_bytes'] / 2**20:.0f} MiB for "
-          f"{input_bytes / 2**20:.0f} MiB of input arrays: {ratio:.2f}x (target <= {TARGET}x) -> {args.out}")
-    if not report["met"]:
-        sys.exit(1)
+    exit_unless_met(met, args.out)
 
 
 if __name__ == "__main__":

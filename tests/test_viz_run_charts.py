@@ -60,8 +60,9 @@ def test_occupancy_chart_spec() -> None:
 
 
 def test_the_derived_hit_ratio_is_the_replays_own(conversation) -> None:
-    """From hit_blocks and miss_blocks the charts recompute exactly the ratio the replay records."""
-    result = replay(conversation, capacity_blocks=2_000, window_requests=300)
+    """From hit_blocks and miss_blocks the charts recompute exactly the ratio the replay records
+    (at full resolution: on a bounded timeline a step of the chart's window is a bucket)."""
+    result = replay(conversation, capacity_blocks=2_000, window_requests=300, timeline_points=None)
     recorded = result.timeline.filter(pl.col("metric") == "hit_ratio_rolling")
     assert hit_ratio_timeline(result).equals(recorded)
     assert hit_ratio_timeline(result, window_steps=300).equals(recorded)

@@ -8,6 +8,7 @@ name                           what
 :class:`RunSummary`            base of every driver's frozen summary (``to_dict()``)
 :func:`check_result`           the result contract (core columns, timeline schema, summary echo)
 :func:`timeline_frame`         the long ``step, time_s, tier, metric, value`` frame
+:func:`timeline_steps`         a bounded timeline's steps (buckets); :func:`bucket_sums` its counters
 :mod:`kvlab.core.semantics`    replay semantics vocabulary (touch orders, hit semantics)
 =============================  ===============================================================
 
@@ -25,9 +26,11 @@ _EXPORTS = {
     "TOUCH_ORDERS": "kvlab.core.semantics",
     "RunResult": "kvlab.core.result",
     "RunSummary": "kvlab.core.result",
+    "bucket_sums": "kvlab.core.result",
     "check_result": "kvlab.core.result",
     "rolling_hit_ratio": "kvlab.core.result",
     "timeline_frame": "kvlab.core.result",
+    "timeline_steps": "kvlab.core.result",
     "to_jsonable": "kvlab.core.result",
 }
 

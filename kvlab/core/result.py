@@ -31,7 +31,7 @@ from typing import ClassVar
 import numpy as np
 import polars as pl
 
-from kvlab.core.validate import check_positive
+from kvlab.core.validate import check_count, check_int, check_positive
 
 #: Columns every ``requests`` frame starts with, and the dtype family each must have.
 CORE_REQUEST_COLUMNS: dict[str, str] = {
@@ -233,34 +233,112 @@ def timeline_frame(step: object, time_s: object, tier: str | object, metrics: Ma
     return pl.concat(frames) if frames else pl.DataFrame(schema=TIMELINE_SCHEMA)
 
 
-def rolling_hit_ratio(hit_blocks: object, blocks: object, window_requests: int) -> np.ndarray:
+def timeline_steps(num_steps: int, points: int | None) -> np.ndarray:
+    """The steps a bounded timeline records: the last step of each bucket of consecutive steps.
+
+    The ``num_steps`` steps are cut into buckets of ``width = ceil(num_steps / points)``
+    consecutive steps (the last bucket may be shorter), so there are at most ``points`` of
+    them; ``points=None`` (or ``points >= num_steps``) keeps every step. A timeline built on
+    these steps records a gauge (``used_blocks``, ``hit_ratio_rolling`` ...) at the bucket's
+    last step and a counter (``evictions``, ``hit_blocks``, ``miss_blocks``: the metrics
+    :data:`TIMELINE_METRICS` aggregates by ``"sum"``) summed over the bucket
+    (:func:`bucket_sums`), so the counters' totals are the full resolution's.
+
+    Returns:
+        ``int64[k]``, increasing, ``k = ceil(num_steps / width) <= points``; the last one is
+        ``num_steps - 1`` (empty when ``num_steps == 0``).
+
+    Raises:
+        ValueError: ``num_steps`` not an integer ≥ 0, or ``points`` not an integer ≥ 1 or ``None``.
+
+    Example:
+        >>> timeline_steps(10, 4).tolist(), timeline_steps(3, None).tolist()
+        ([2, 5, 8, 9], [0, 1, 2])
+    """
+    num_steps = check_count("num_steps", num_steps)
+    points = check_int("points", points, low=1, optional=True)
+    width = 1 if points is None else max(1, -(-num_steps // points))
+    return np.minimum(np.arange(width, num_steps + width, width, dtype=np.int64), num_steps) - 1
+
+
+def bucket_sums(values: object, ends: object) -> np.ndarray:
+    """Sums of ``values`` over the buckets ending at ``ends``: ``values[ends[i-1]+1 : ends[i]+1]``
+    (from step 0 for the first), with no array of the full length allocated.
+
+    Args:
+        values: ``int[n]`` or ``float[n]`` per-step counts.
+        ends: ``int[k]`` increasing last steps of the buckets (:func:`timeline_steps`), ``< n``.
+
+    Returns:
+        ``int64[k]`` for integer ``values`` (exact), else ``float64[k]``.
+
+    Raises:
+        ValueError: ``ends`` not increasing, or outside ``[0, n)``.
+
+    Example:
+        >>> bucket_sums(np.array([1, 2, 3, 4, 5]), np.array([1, 4])).tolist()
+        [3, 12]
+    """
+    values, ends = np.asarray(values), np.asarray(ends, dtype=np.int64)
+    if ends.size and (ends[0] < 0 or ends[-1] >= values.shape[0] or np.any(np.diff(ends) <= 0)):
+        raise ValueError(f"ends must be increasing steps in [0, {values.shape[0]}), got {ends[:5].tolist()}...")
+    return np.diff(_prefix_sums_at(values, ends + 1), prepend=0)
+
+
+def _prefix_sums_at(values: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """``values[:p].sum()`` for every ``p`` in ``positions`` (each in ``[0, n]``), in O(n) time and
+    O(len(positions)) memory: one ``reduceat`` over the segments between the sorted positions."""
+    dtype = np.int64 if np.issubdtype(values.dtype, np.integer) or values.dtype == np.bool_ else np.float64
+    cuts, where = np.unique(positions, return_inverse=True)
+    sums = np.zeros(cuts.shape[0], dtype=dtype)
+    inner = cuts[cuts > 0]
+    if inner.size:
+        starts = np.concatenate([[0], inner[:-1]])
+        sums[cuts.shape[0] - inner.shape[0]:] = np.cumsum(np.add.reduceat(values[: inner[-1]], starts, dtype=dtype))
+    return sums[where]
+
+
+def rolling_hit_ratio(hit_blocks: object, blocks: object, window_requests: int, at: object = None) -> np.ndarray:
     """Block-weighted hit ratio over the last ``window_requests`` steps (inclusive).
 
     Args:
         hit_blocks: ``[n]`` hit blocks of each step.
         blocks: ``[n]`` block references of each step (hits + misses).
         window_requests: the window, steps (≥ 1).
+        at: ``int[k]`` steps to evaluate it at (e.g. :func:`timeline_steps`); ``None`` = every
+            step. Only ``O(k)`` memory beyond the inputs either way it is given.
 
     Returns:
-        ``float64[n]``; 0.0 where the window holds no blocks.
+        ``float64[n]`` (or ``[k]``); 0.0 where the window holds no blocks.
 
     Raises:
-        ValueError: ``window_requests`` not an integer ≥ 1, or lengths that differ.
+        ValueError: ``window_requests`` not an integer ≥ 1, lengths that differ, or a step of
+            ``at`` outside ``[0, n)``.
 
     Example:
         >>> rolling_hit_ratio(np.array([0, 2, 1]), np.array([2, 2, 2]), 2).tolist()
         [0.0, 0.5, 0.75]
+        >>> rolling_hit_ratio(np.array([0, 2, 1]), np.array([2, 2, 2]), 2, at=[2]).tolist()
+        [0.75]
     """
     window_requests = check_positive("window_requests", window_requests)
     hit_blocks, blocks = np.asarray(hit_blocks), np.asarray(blocks)
     if hit_blocks.shape != blocks.shape:
         raise ValueError(f"hit_blocks has {hit_blocks.shape[0]} values, blocks {blocks.shape[0]}")
-    hit_sum = np.concatenate([[0], np.cumsum(hit_blocks, dtype=np.float64)])
-    ref_sum = np.concatenate([[0], np.cumsum(blocks, dtype=np.float64)])
-    idx = np.arange(1, hit_blocks.shape[0] + 1)
-    lo = np.maximum(idx - window_requests, 0)
-    refs = ref_sum[idx] - ref_sum[lo]
-    hits = hit_sum[idx] - hit_sum[lo]
+    if at is None:
+        hit_sum = np.concatenate([[0], np.cumsum(hit_blocks, dtype=np.float64)])
+        ref_sum = np.concatenate([[0], np.cumsum(blocks, dtype=np.float64)])
+        idx = np.arange(1, hit_blocks.shape[0] + 1)
+        lo = np.maximum(idx - window_requests, 0)
+        refs = ref_sum[idx] - ref_sum[lo]
+        hits = hit_sum[idx] - hit_sum[lo]
+    else:
+        idx = np.asarray(at, dtype=np.int64) + 1
+        if idx.size and (idx.min() < 1 or idx.max() > hit_blocks.shape[0]):
+            raise ValueError(f"at must hold steps in [0, {hit_blocks.shape[0]}), got {np.asarray(at)[:5].tolist()}...")
+        bounds = np.concatenate([idx, np.maximum(idx - window_requests, 0)])
+        refs, hits = (np.diff(_prefix_sums_at(v, bounds).reshape(2, -1)[::-1], axis=0)[0].astype(np.float64)
+                      for v in (blocks, hit_blocks))
     return np.divide(hits, refs, out=np.zeros(refs.shape[0]), where=refs > 0)
 
 

@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 import polars as pl
 
-from kvlab.core.result import RunResult, RunSummary, rolling_hit_ratio, timeline_frame
+from kvlab.core.result import RunResult, RunSummary, bucket_sums, rolling_hit_ratio, timeline_frame, timeline_steps
 from kvlab.core.semantics import HIT_SEMANTICS, SINGLE_TIER, TOUCH_ORDERS
 from kvlab.core.validate import check_choice, check_flag, check_int, check_positive, check_real, config_with
 from kvlab.engines.replay import replay_omlx
@@ -30,6 +30,10 @@ from kvlab.traces.flat import FlatTrace
 #: or oMLX's paged cache (:func:`kvlab.engines.replay_omlx`).
 MODES = ("prefix", "vllm", "omlx")
 _CHUNK_REFS = 2_000_000  # block refs per kernel call when a progress bar is shown
+#: Default :attr:`ReplayConfig.timeline_points`: points per timeline metric (charts draw at most
+#: about this many, see :mod:`kvlab.viz`).
+TIMELINE_POINTS = 2_000
+_SUMMARY_CHUNK = 1 << 20  # requests per step of summarize's totals (bounds its temporaries)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,12 @@ class ReplayConfig:
             SSD store, the pool holding metadata).
         ssd_capacity_blocks: ``"omlx"`` mode with ``ssd_only``: the SSD store's capacity in
             blocks (>= 1); ``None`` = unbounded.
+        timeline_points: most points per metric the timeline records (>= 1; default
+            :data:`TIMELINE_POINTS`), so its size does not grow with the trace; ``None`` =
+            one point per request (full resolution). The requests are cut into buckets of
+            ``ceil(num_requests / timeline_points)`` consecutive requests
+            (:func:`kvlab.core.timeline_steps`); see :func:`replay` for what a point holds.
+            The ``requests`` frame and the summary stay exact either way.
 
     Raises:
         ValueError: a field out of range or an unknown policy (names field and value).
@@ -95,6 +105,7 @@ class ReplayConfig:
     track_orphans: bool = False
     ssd_only: bool = False
     ssd_capacity_blocks: int | None = None
+    timeline_points: int | None = TIMELINE_POINTS
 
     def __post_init__(self) -> None:
         get_policy(self.policy)
@@ -112,6 +123,7 @@ class ReplayConfig:
             "ssd_only": check_flag("ssd_only", self.ssd_only),
             "ssd_capacity_blocks": check_int("ssd_capacity_blocks", self.ssd_capacity_blocks, low=1,
                                              high=2**63 - 1, optional=True),
+            "timeline_points": check_int("timeline_points", self.timeline_points, low=1, optional=True),
         }
         if not 0.0 <= normal["warmup_fraction"] < 1.0:
             raise ValueError(f"warmup_fraction must be a number in [0, 1), got {self.warmup_fraction!r}")
@@ -280,27 +292,46 @@ def _vllm_step(flat: FlatTrace, config: ReplayConfig, hits: np.ndarray, used: np
 
 def summarize(trace: Trace, config: ReplayConfig, run: KernelRun,
               summary_type: type[ReplaySummary] = ReplaySummary) -> ReplaySummary:
-    """Totals of a kernel run over the measured requests, as a ``summary_type``."""
+    """Totals of a kernel run over the measured requests, as a ``summary_type``.
+
+    Works through the requests in chunks of :data:`_SUMMARY_CHUNK`, so its temporary arrays
+    stay a few MiB whatever the trace's length.
+    """
     flat = trace.flat
-    skip = config.warmup_requests(flat.num_requests)
-    blocks = flat.blocks_per_request()[skip:]
-    hits = run.hit_blocks[skip:].astype(np.int64)
-    inputs = flat.input_tokens[skip:]
-    hit_tokens = np.minimum(hits * flat.block_size, inputs)
-    refs, num_inputs = int(blocks.sum()), int(inputs.sum())
-    nonempty = blocks > 0
+    n = flat.num_requests
+    skip = config.warmup_requests(n)
+    num_hits = num_hit_tokens = num_nonempty = 0
+    ratio_sum = 0.0
+    for a in range(skip, n, _SUMMARY_CHUNK):
+        b = min(a + _SUMMARY_CHUNK, n)
+        blocks, hits = np.diff(flat.offsets[a:b + 1]), run.hit_blocks[a:b]
+        num_hits += int(hits.sum(dtype=np.int64))
+        num_hit_tokens += int(_hit_tokens(hits, flat.input_tokens[a:b], flat.block_size).sum(dtype=np.int64))
+        nonempty = blocks > 0
+        num_nonempty += int(np.count_nonzero(nonempty))
+        ratio_sum += float(np.divide(hits, blocks, out=np.zeros(b - a), where=nonempty).sum())
+    refs, num_inputs = int(flat.offsets[-1] - flat.offsets[skip]), int(flat.input_tokens[skip:].sum())
     return summary_type(
-        source=trace.source, config=config, requests=int(blocks.shape[0]), warmup_requests=skip,
-        block_refs=refs, hit_blocks=int(hits.sum()),
-        block_hit_ratio=float(hits.sum() / refs) if refs else 0.0,
-        input_tokens=num_inputs, hit_tokens=int(hit_tokens.sum()),
-        token_hit_ratio=float(hit_tokens.sum() / num_inputs) if num_inputs else 0.0,
-        mean_request_block_hit_ratio=float(np.mean(hits[nonempty] / blocks[nonempty])) if nonempty.any() else 0.0,
-        evictions=int(run.evictions[skip:].sum()),
+        source=trace.source, config=config, requests=n - skip, warmup_requests=skip,
+        block_refs=refs, hit_blocks=num_hits,
+        block_hit_ratio=num_hits / refs if refs else 0.0,
+        input_tokens=num_inputs, hit_tokens=num_hit_tokens,
+        token_hit_ratio=num_hit_tokens / num_inputs if num_inputs else 0.0,
+        mean_request_block_hit_ratio=ratio_sum / num_nonempty if num_nonempty else 0.0,
+        evictions=int(run.evictions[skip:].sum(dtype=np.int64)),
         peak_used_blocks=int(run.used_blocks.max()) if run.used_blocks.size else 0,
-        rejected_requests=int((~run.admitted[skip:]).sum()),
+        rejected_requests=int(n - skip - np.count_nonzero(run.admitted[skip:])),
         mean_orphaned_share=_orphan_share(run, skip) if config.track_orphans else None,
     )
+
+
+def _hit_tokens(hit_blocks: np.ndarray, input_tokens: np.ndarray, block_size: int) -> np.ndarray:
+    """``min(hit_blocks * block_size, input_tokens)`` per request, ``u32`` (the ``requests``
+    frame's dtype; ``hit_blocks * block_size`` is below ``input_tokens + block_size``), computed
+    in place in one array."""
+    tokens = hit_blocks.astype(np.uint32)
+    tokens *= np.uint32(block_size)
+    return np.minimum(tokens, input_tokens, out=tokens, casting="unsafe")
 
 
 def _orphan_share(run: KernelRun, skip: int) -> float:
@@ -328,10 +359,18 @@ def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool =
           ``miss_blocks``, ``miss_tokens`` (u32), ``evictions``, ``used_blocks`` (i32, after
           the request; cached blocks in ``"vllm"`` mode), ``measured`` (bool, false during
           warm-up);
-        * ``timeline``: one row per request and metric, ``step`` = request index, ``time_s`` =
-          arrival, tier ``"cache"``: ``used_blocks``, ``evictions``, ``hit_ratio_rolling``
-          (block-weighted over the last ``window_requests``), ``capacity_blocks`` (bounded
-          caches), ``orphaned_blocks`` (with ``track_orphans``), ``hit_blocks``, ``miss_blocks``;
+        * ``timeline``: at most ``config.timeline_points`` points per metric (one per request
+          when ``timeline_points`` is ``None`` or the trace is shorter), tier ``"cache"``. The
+          requests are cut into buckets of ``ceil(num_requests / timeline_points)`` consecutive
+          requests (:func:`kvlab.core.timeline_steps`), the last warm-up request also ending
+          one (so no bucket mixes warm-up and measured requests: one point more at most); a
+          point's ``step`` is the index of its bucket's last request and ``time_s`` that
+          request's arrival. Gauges are their value
+          after that request: ``used_blocks``, ``hit_ratio_rolling`` (block-weighted over the
+          last ``window_requests`` requests), ``capacity_blocks`` (bounded caches),
+          ``orphaned_blocks`` (with ``track_orphans``); counters are summed over the bucket:
+          ``evictions``, ``hit_blocks``, ``miss_blocks`` (so their totals over the timeline
+          are the ``requests`` frame's);
         * ``summary``: a :class:`ReplaySummary`; ``config``: the :class:`ReplayConfig`.
 
         In mode ``"omlx"``, :func:`kvlab.engines.replay_omlx`'s result (the same four parts).
@@ -363,43 +402,59 @@ def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool =
 def result_of(trace: Trace, config: ReplayConfig, run: KernelRun,
               summary_type: type[ReplaySummary] = ReplaySummary) -> RunResult:
     """The :class:`~kvlab.core.RunResult` of a run's per-request arrays (as :func:`replay` returns)."""
-    return RunResult(requests=_requests_frame(trace, config, run), timeline=_timeline_frame(trace, config, run),
+    offsets = trace.flat.offsets
+    blocks = np.subtract(offsets[1:], offsets[:-1], out=np.empty(offsets.shape[0] - 1, np.uint32), casting="unsafe")
+    return RunResult(requests=_requests_frame(trace, config, run, blocks),
+                     timeline=_timeline_frame(trace, config, run, blocks),
                      summary=summarize(trace, config, run, summary_type), config=config)
 
 
-def _requests_frame(trace: Trace, config: ReplayConfig, run: KernelRun) -> pl.DataFrame:
+def _requests_frame(trace: Trace, config: ReplayConfig, run: KernelRun, blocks: np.ndarray) -> pl.DataFrame:
+    """One row per request, built from arrays (``blocks``: ``u32`` blocks of each request): the
+    trace's columns are shared, not copied; the kernel's non-negative ``int32`` outputs are viewed
+    as ``u32`` where the contract wants it."""
     flat = trace.flat
-    blocks = flat.blocks_per_request()
-    hit_tokens = np.minimum(run.hit_blocks.astype(np.int64) * flat.block_size, flat.input_tokens)
-    measured = np.arange(flat.num_requests) >= config.warmup_requests(flat.num_requests)
-    return pl.DataFrame({
+    n = flat.num_requests
+    input_tokens = trace.frame["input_tokens"].to_numpy()
+    hit_tokens = _hit_tokens(run.hit_blocks, input_tokens, flat.block_size)
+    measured = np.ones(n, dtype=np.bool_)
+    measured[: config.warmup_requests(n)] = False
+    columns = {
         "request_id": trace.frame["request_id"],
         "arrival_s": trace.frame["arrival_s"],
         "input_tokens": trace.frame["input_tokens"],
-        "hit_blocks": pl.Series(run.hit_blocks, dtype=pl.UInt32),
-        "hit_tokens": pl.Series(hit_tokens, dtype=pl.UInt32),
+        "hit_blocks": run.hit_blocks.view(np.uint32),
+        "hit_tokens": hit_tokens,
         "rejected": ~run.admitted,
-        "blocks": pl.Series(blocks, dtype=pl.UInt32),
-        "miss_blocks": pl.Series(blocks - run.hit_blocks, dtype=pl.UInt32),
-        "miss_tokens": pl.Series(flat.input_tokens - hit_tokens, dtype=pl.UInt32),
+        "blocks": blocks,
+        "miss_blocks": np.subtract(blocks, run.hit_blocks.view(np.uint32)),
+        "miss_tokens": np.subtract(input_tokens, hit_tokens, dtype=np.uint32, casting="unsafe"),
         "evictions": run.evictions,
         "used_blocks": run.used_blocks,
         "measured": measured,
-    })
+    }
+    return pl.DataFrame({name: pl.Series(name, values) if isinstance(values, np.ndarray) else values
+                         for name, values in columns.items()})
 
 
-def _timeline_frame(trace: Trace, config: ReplayConfig, run: KernelRun) -> pl.DataFrame:
+def _timeline_frame(trace: Trace, config: ReplayConfig, run: KernelRun, blocks: np.ndarray) -> pl.DataFrame:
+    """The timeline at ``config.timeline_points`` (see :func:`replay`), built from arrays of one
+    value per point (no array per request beyond the kernel's outputs and ``blocks``)."""
     flat = trace.flat
-    blocks = flat.blocks_per_request()
+    steps = timeline_steps(flat.num_requests, config.timeline_points)
+    if 0 < (skip := config.warmup_requests(flat.num_requests)) and config.timeline_points is not None:
+        steps = np.union1d(steps, [skip - 1])  # no bucket mixes warm-up and measured requests
+    hit_blocks = bucket_sums(run.hit_blocks, steps)
     metrics = {
-        "used_blocks": run.used_blocks,
-        "evictions": run.evictions,
-        "hit_ratio_rolling": rolling_hit_ratio(run.hit_blocks, blocks, config.window_requests),
+        "used_blocks": run.used_blocks[steps],
+        "evictions": bucket_sums(run.evictions, steps),
+        "hit_ratio_rolling": rolling_hit_ratio(run.hit_blocks, blocks, config.window_requests, at=steps),
     }
     if config.capacity_blocks is not None:
-        metrics["capacity_blocks"] = np.full(flat.num_requests, config.capacity_blocks)
+        metrics["capacity_blocks"] = np.full(steps.shape[0], config.capacity_blocks)
     if config.track_orphans:
-        metrics["orphaned_blocks"] = run.orphans
-    metrics["hit_blocks"] = run.hit_blocks
-    metrics["miss_blocks"] = blocks - run.hit_blocks
-    return timeline_frame(np.arange(flat.num_requests), trace.frame["arrival_s"].to_numpy(), SINGLE_TIER, metrics)
+        metrics["orphaned_blocks"] = run.orphans[steps]
+    metrics["hit_blocks"] = hit_blocks
+    metrics["miss_blocks"] = np.diff(flat.offsets[steps + 1], prepend=flat.offsets[0]) - hit_blocks
+    arrival = trace.frame["arrival_s"].to_numpy()
+    return timeline_frame(steps, arrival[steps], SINGLE_TIER, metrics)
