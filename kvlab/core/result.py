@@ -286,16 +286,25 @@ def bucket_sums(values: object, ends: object) -> np.ndarray:
 
 
 def _prefix_sums_at(values: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """``values[:p].sum()`` for every ``p`` in ``positions`` (each in ``[0, n]``), in O(n) time and
-    O(len(positions)) memory: one ``reduceat`` over the segments between the sorted positions."""
+    """``values[:p].sum()`` for each ``p`` of ``positions`` (int64 for integer values, else
+    float64), accumulated over chunks of :data:`_SUM_CHUNK` steps: no array of the full length
+    is allocated (a whole-array cast to int64 would be 8 bytes a step)."""
     dtype = np.int64 if np.issubdtype(values.dtype, np.integer) or values.dtype == np.bool_ else np.float64
     cuts, where = np.unique(positions, return_inverse=True)
     sums = np.zeros(cuts.shape[0], dtype=dtype)
-    inner = cuts[cuts > 0]
-    if inner.size:
-        starts = np.concatenate([[0], inner[:-1]])
-        sums[cuts.shape[0] - inner.shape[0]:] = np.cumsum(np.add.reduceat(values[: inner[-1]], starts, dtype=dtype))
+    total = dtype(0)
+    stop = int(cuts[-1]) if cuts.size else 0
+    for a in range(0, stop, _SUM_CHUNK):
+        b = min(a + _SUM_CHUNK, stop)
+        running = np.cumsum(values[a:b], dtype=dtype)
+        lo, hi = np.searchsorted(cuts, [a, b], side="right")
+        sums[lo:hi] = total + running[cuts[lo:hi] - a - 1]
+        total += running[-1]
     return sums[where]
+
+
+#: Steps summed at a time by :func:`_prefix_sums_at`.
+_SUM_CHUNK = 1 << 20
 
 
 def rolling_hit_ratio(hit_blocks: object, blocks: object, window_requests: int, at: object = None) -> np.ndarray:

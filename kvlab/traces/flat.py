@@ -96,10 +96,14 @@ def flatten_block_keys(block_keys: pl.Series, input_tokens: pl.Series, block_siz
     Returns:
         The flat form; dense ids in order of first appearance.
     """
-    lengths = block_keys.list.len().to_numpy().astype(np.int64)
+    lengths = block_keys.list.len().to_numpy()
     offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    refs = block_keys.explode(empty_as_null=False).drop_nulls().to_numpy().astype(np.uint64, copy=False)
+    np.cumsum(lengths, out=offsets[1:], dtype=np.int64)
+    del lengths  # the steps below hold one array of the references at a time
+    refs = block_keys.explode(empty_as_null=False)
+    if refs.null_count():
+        refs = refs.drop_nulls()
+    refs = refs.to_numpy().astype(np.uint64, copy=False)
     block_ids, keys = intern_first_seen(refs)
     return FlatTrace(
         offsets=offsets,
