@@ -6,7 +6,8 @@ Per policy (LRU, S3-FIFO, ARC) and round: a fresh empty ``KVLAB_CACHE_DIR``, one
 then one warm process; the sides interleave round by round. CPU time is the children's rusage
 (user + system) around each process, interpreter start-up and imports included (what a user
 waits for); kvlab's bytecode is compiled beforehand, so neither side pays for it. Best and median
-per side, the warm/cold ratio of the medians, the load average before and after. Target: warm ≤ 1/3 of cold for every policy.
+per side, the warm/cold ratio of the medians, the load average before and after.
+Target: warm ≤ 1/3 of cold for every policy.
 
 Usage: ``python benchmarks/bench_warm_start.py --out out/bench/bench_warm_start.json``.
 """
