@@ -102,7 +102,7 @@ def stack_distance_histograms(offsets: np.ndarray, block_ids: np.ndarray, input_
 
     Args:
         offsets: ``int64[num_requests + 1]`` CSR offsets; ``block_ids``: ``int32[num_refs]``
-            dense ids; ``input_tokens``: ``int64[num_requests]``; ``block_size``: tokens.
+            dense ids; ``input_tokens``: ``uint32[num_requests]``; ``block_size``: tokens.
         skip: requests ``< skip`` are warm-up (they update the stack, not the histograms).
         reverse: touch order, ``True`` = head most recent.
         sampled, keep: SHARDS sampling (``keep``: ``bool[num_keys]``, ignored unless
@@ -125,7 +125,7 @@ def stack_distance_histograms(offsets: np.ndarray, block_ids: np.ndarray, input_
         b = offsets[r + 1]
         measured = r >= skip
         if measured:
-            inp = input_tokens[r]
+            inp = np.int64(input_tokens[r])
             run = 0
             for j in range(b - a):
                 k = block_ids[a + j]

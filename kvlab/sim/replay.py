@@ -281,7 +281,7 @@ def _prefix_step(flat: FlatTrace, config: ReplayConfig, hits: np.ndarray, used: 
 def _vllm_step(flat: FlatTrace, config: ReplayConfig, hits: np.ndarray, used: np.ndarray, evictions: np.ndarray,
                admitted: np.ndarray) -> Callable[[int, int], None]:
     """The vLLM block-pool replay (:mod:`kvlab.sim.vllm_kernel`) over requests ``[a, b)``."""
-    blocks = -(-flat.input_tokens // flat.block_size)
+    blocks = -(-flat.input_tokens.astype(np.int64) // flat.block_size)
     total = int(blocks.sum())
     capacity = total if config.capacity_blocks is None else min(config.capacity_blocks, total)
     state = make_vllm_state(flat.num_keys, capacity, int(blocks.max()) if blocks.size else 0)

@@ -62,7 +62,7 @@ def vllm_replay_range(offsets: np.ndarray, block_ids: np.ndarray, input_tokens: 
     sentinel = capacity
     for r in range(start, stop):
         a = offsets[r]
-        n = input_tokens[r]
+        n = np.int64(input_tokens[r])
         full = n // block_size
         need = (n + block_size - 1) // block_size
         if need > capacity:

@@ -325,7 +325,8 @@ def request_columns(offsets: np.ndarray, input_tokens: np.ndarray, block_size: i
             h += x
             used[t, r] = used_log[row, t + 1]
         total[r] = h
-        tokens = min(h * block_size, input_tokens[r])
+        inp = np.int64(input_tokens[r])
+        tokens = min(h * block_size, inp)
         hit_tokens[r] = tokens
         computed[r] = offsets[r + 1] - offsets[r] - h
         if r >= skip:
@@ -333,5 +334,5 @@ def request_columns(offsets: np.ndarray, input_tokens: np.ndarray, block_size: i
                 tier_hits[t] += hit_blocks[r, t]
             hit_sum += h
             hit_token_sum += tokens
-            num_inputs += input_tokens[r]
+            num_inputs += inp
     return hit_sum, hit_token_sum, num_inputs

@@ -23,7 +23,8 @@ class FlatTrace:
         offsets: ``int64[num_requests + 1]``, CSR row pointers.
         block_ids: ``int32[num_refs]``, dense block id of every block reference.
         keys: ``uint64[num_keys]``, the original block key of each dense id.
-        input_tokens: ``int64[num_requests]``, prompt length of each request in tokens.
+        input_tokens: ``uint32[num_requests]``, prompt length of each request in tokens (a
+            read-only view of the trace's column, not a copy).
         block_size: tokens per block.
 
     Example:
@@ -109,7 +110,7 @@ def flatten_block_keys(block_keys: pl.Series, input_tokens: pl.Series, block_siz
         offsets=offsets,
         block_ids=block_ids,
         keys=keys,
-        input_tokens=input_tokens.to_numpy().astype(np.int64),
+        input_tokens=input_tokens.cast(pl.UInt32).to_numpy(),  # the trace's column itself (no copy)
         block_size=block_size,
     )
 
