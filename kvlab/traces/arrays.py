@@ -62,13 +62,14 @@ def trace_from_arrays(block_keys: object, *, offsets: object = None, arrival_s: 
     keys = _int_array("block_keys", block_keys).astype(np.uint64, copy=False)
     if offsets is None:
         num_requests = keys.shape[0]
-        blocks = np.ones(num_requests, dtype=np.int64)
+        default_tokens = np.full(num_requests, block_size, dtype=np.uint32 if block_size < 2**32 else np.int64)
         column = pl.Series("block_keys", keys).reshape((num_requests, 1)).cast(pl.List(pl.UInt64))
     else:
         offsets = _int_array("offsets", offsets).astype(np.int64, copy=False)
         _check_offsets(offsets, keys.shape[0])
         num_requests = offsets.shape[0] - 1
         blocks = np.diff(offsets)
+        default_tokens = blocks * block_size
         starts = pl.Series("start", offsets[:-1])
         column = (pl.DataFrame({"start": starts, "len": pl.Series(blocks)})
                   .select(pl.lit(pl.Series(keys)).implode().list.slice(pl.col("start"), pl.col("len"))
@@ -79,7 +80,7 @@ def trace_from_arrays(block_keys: object, *, offsets: object = None, arrival_s: 
     frame = pl.DataFrame({
         "request_id": _column("request_id", request_id, num_requests, np.arange(num_requests, dtype=np.uint64)),
         "arrival_s": _times(arrival_s, num_requests),
-        "input_tokens": _column("input_tokens", input_tokens, num_requests, blocks * block_size),
+        "input_tokens": _column("input_tokens", input_tokens, num_requests, default_tokens),
         "output_tokens": _column("output_tokens", output_tokens, num_requests, np.zeros(num_requests, np.uint32)),
         "block_keys": column,
     })

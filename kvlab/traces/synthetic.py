@@ -187,11 +187,22 @@ def zipf_objects(num_requests: int, num_objects: int, alpha: float = 1.0, *, see
     rng = rng_from_seed("seed", seed)
     weights = 1.0 / np.arange(1, num_objects + 1, dtype=np.float64) ** alpha
     cdf = np.cumsum(weights)
-    ranks = np.searchsorted(cdf, rng.random(num_requests) * cdf[-1], side="right")
-    objects = rng.permutation(num_objects).astype(np.uint64)[np.minimum(ranks, num_objects - 1)]
+    # in chunks (the same draws as one call): no float64 or int64 array of every request
+    objects = np.empty(num_requests, dtype=np.uint64)
+    for start in range(0, num_requests, _CHUNK):
+        draws = rng.random(min(_CHUNK, num_requests - start)) * cdf[-1]
+        objects[start:start + draws.shape[0]] = np.searchsorted(cdf, draws, side="right")
+    permutation = rng.permutation(num_objects).astype(np.uint64)
+    for start in range(0, num_requests, _CHUNK):
+        ranks = np.minimum(objects[start:start + _CHUNK], num_objects - 1)
+        objects[start:start + _CHUNK] = permutation[ranks]
     seed_repr = "Generator" if isinstance(seed, np.random.Generator) else seed
     return trace_from_arrays(
         objects, arrival_s=np.arange(num_requests, dtype=np.float64) / rate_per_s,
         output_tokens=np.zeros(num_requests, dtype=np.uint32), block_size=1,
         source=f"zipf_objects(num_requests={num_requests}, num_objects={num_objects}, alpha={alpha}, "
                f"seed={seed_repr})")
+
+
+#: Requests drawn at a time by :func:`zipf_objects`.
+_CHUNK = 1 << 20

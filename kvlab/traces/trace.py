@@ -361,20 +361,27 @@ def _check_rows(frame: pl.DataFrame, block_size: int, partial_block_keyed: bool)
         raise ValueError(f"column 'arrival_s' must be non-decreasing (rows in arrival order); "
                          f"row {row} has {arrival[row]} after {arrival[row - 1]}")
     rounding = block_size - 1 if partial_block_keyed else 0
-    tokens = frame["input_tokens"].to_numpy().astype(np.int64)
-    expected = (tokens + rounding) // block_size
+    tokens = frame["input_tokens"].to_numpy()
     lengths = frame["block_keys"].list.len().to_numpy()
-    wrong = lengths != expected
-    if wrong.any():
-        row = int(np.argmax(wrong))
-        rule = "ceil" if partial_block_keyed else "floor (full blocks only)"
-        raise ValueError(
-            f"row {row}: {lengths[row]} block keys but input_tokens="
-            f"{tokens[row]} needs {rule.split()[0]}({tokens[row]}/{block_size})="
-            f"{expected[row]} ({rule})")
-    if "token_ids" in frame.columns:
-        wrong = frame["token_ids"].list.len().to_numpy() != tokens
+    token_counts = frame["token_ids"].list.len().to_numpy() if "token_ids" in frame.columns else None
+    for start in range(0, tokens.shape[0], _CHECK_CHUNK):  # chunks: no int64 copy of a whole column
+        part = tokens[start:start + _CHECK_CHUNK].astype(np.int64)
+        expected = (part + rounding) // block_size
+        wrong = lengths[start:start + _CHECK_CHUNK] != expected
         if wrong.any():
-            row = int(np.argmax(wrong))
-            raise ValueError(f"row {row}: token_ids has {frame['token_ids'].list.len()[row]} tokens "
-                             f"but input_tokens={tokens[row]}")
+            row = start + int(np.argmax(wrong))
+            rule = "ceil" if partial_block_keyed else "floor (full blocks only)"
+            raise ValueError(
+                f"row {row}: {lengths[row]} block keys but input_tokens="
+                f"{tokens[row]} needs {rule.split()[0]}({tokens[row]}/{block_size})="
+                f"{expected[row - start]} ({rule})")
+        if token_counts is not None:
+            wrong = token_counts[start:start + _CHECK_CHUNK] != part
+            if wrong.any():
+                row = start + int(np.argmax(wrong))
+                raise ValueError(f"row {row}: token_ids has {token_counts[row]} tokens "
+                                 f"but input_tokens={tokens[row]}")
+
+
+#: Rows checked at a time by :func:`_check_rows`.
+_CHECK_CHUNK = 1 << 20
