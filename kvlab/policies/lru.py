@@ -2,7 +2,8 @@
 
 The reference is an ``OrderedDict``; the kernel keeps an intrusive doubly linked list
 over dense block ids (arrays ``prev``/``next`` with a sentinel at index ``num_keys``),
-the same O(1) structure as vLLM v1's ``FreeKVCacheBlockQueue``.
+the same O(1) structure as vLLM v1's ``FreeKVCacheBlockQueue``; the two link arrays are
+interleaved (one cache line per block) and ``prev = -1`` marks a block not resident.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 
 from kvlab.core.validate import check_count
 from kvlab.policies.base import PolicySpec, register_kernel
-from kvlab.policies.structs import list_pop_front, list_push_back, list_unlink, make_lists
+from kvlab.policies.structs import list_pop_front, list_push_back, list_unlink
 from kvlab.traces.flat import FlatTrace
 
 
@@ -80,45 +81,48 @@ class LRU:
 
 class LRUState(NamedTuple):
     """Kernel state: ``prev``/``next`` links (``int32[num_keys + 1]``, index ``num_keys`` is
-    the sentinel: ``next[sentinel]`` = least recent, ``prev[sentinel]`` = most recent),
-    ``resident`` (``bool[num_keys]``) and ``counters`` (``int64[2]``: used, capacity)."""
+    the sentinel: ``next[sentinel]`` = least recent, ``prev[sentinel]`` = most recent) and
+    ``counters`` (``int64[2]``: used, capacity). ``prev`` and ``next`` are the even and odd
+    halves of one interleaved array, so a block's two links share a cache line; ``prev[k]``
+    is ``-1`` when block ``k`` is not resident (a resident block's ``prev`` is a block or
+    the sentinel)."""
 
     prev: np.ndarray
     next: np.ndarray
-    resident: np.ndarray
     counters: np.ndarray
 
 
 def make_state(flat: FlatTrace, capacity_blocks: int) -> LRUState:
     """Empty LRU state for ``flat.num_keys`` block ids and the given capacity (blocks)."""
-    prev, nxt = make_lists(flat.num_keys, 1)
-    return LRUState(prev, nxt, np.zeros(flat.num_keys, dtype=np.bool_), np.array([0, capacity_blocks], dtype=np.int64))
+    n = flat.num_keys
+    links = np.full(2 * (n + 1), -1, dtype=np.int32)
+    links[2 * n] = links[2 * n + 1] = n  # the empty list: the sentinel links to itself
+    return LRUState(links[0::2], links[1::2], np.array([0, capacity_blocks], dtype=np.int64))
 
 
 def contains(state, block_id) -> bool:  # noqa: ANN001 - numba hook
-    return state.resident[block_id]
+    return state.prev[block_id] >= 0
 
 
 def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN001 - numba hook
-    prev, nxt, resident, counters = state.prev, state.next, state.resident, state.counters
-    sentinel = resident.shape[0]
+    prev, nxt, counters = state.prev, state.next, state.counters
+    sentinel = prev.shape[0] - 1
     capacity = counters[1]
     used = counters[0]
     num_evicted = 0
     for j in range(stop - start):
         block_id = block_ids[stop - 1 - j] if reverse else block_ids[start + j]
-        if resident[block_id]:  # unlink, to be pushed back as most recent
+        if prev[block_id] >= 0:  # resident: unlink, to be pushed back as most recent
             list_unlink(prev, nxt, block_id)
         elif capacity == 0:
             continue
         else:
             if used >= capacity:  # evict the least recent (the sentinel's next)
                 victim = list_pop_front(prev, nxt, sentinel)
-                resident[victim] = False
+                prev[victim] = -1
                 used -= 1
                 evicted[num_evicted] = victim
                 num_evicted += 1
-            resident[block_id] = True
             used += 1
         list_push_back(prev, nxt, sentinel, block_id)
     counters[0] = used
@@ -127,29 +131,28 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
 
 def touch(state, block_id) -> None:  # noqa: ANN001 - numba hook
     list_unlink(state.prev, state.next, block_id)
-    list_push_back(state.prev, state.next, state.resident.shape[0], block_id)
+    list_push_back(state.prev, state.next, state.prev.shape[0] - 1, block_id)
 
 
 def insert(state, block_id) -> None:  # noqa: ANN001 - numba hook
-    state.resident[block_id] = True
     state.counters[0] += 1
-    list_push_back(state.prev, state.next, state.resident.shape[0], block_id)
+    list_push_back(state.prev, state.next, state.prev.shape[0] - 1, block_id)
 
 
 def evict(state) -> int:  # noqa: ANN001 - numba hook
     if state.counters[0] == 0:
         return -1
-    victim = list_pop_front(state.prev, state.next, state.resident.shape[0])
-    state.resident[victim] = False
+    victim = list_pop_front(state.prev, state.next, state.prev.shape[0] - 1)
+    state.prev[victim] = -1
     state.counters[0] -= 1
     return victim
 
 
 def remove(state, block_id) -> bool:  # noqa: ANN001 - numba hook
-    if not state.resident[block_id]:
+    if state.prev[block_id] < 0:
         return False
     list_unlink(state.prev, state.next, block_id)
-    state.resident[block_id] = False
+    state.prev[block_id] = -1
     state.counters[0] -= 1
     return True
 

@@ -37,11 +37,12 @@ from kvlab.core.jit import kernel_jit
 
 
 def make_lists(n: int, num_lists: int, dtype: type = np.int32) -> tuple[np.ndarray, np.ndarray]:
-    """``prev``, ``next`` (``dtype[n + num_lists]``) for entries ``0 .. n - 1`` and ``num_lists``
+    """``prev``, ``next`` (``dtype[n + num_lists]``, the even and odd halves of one
+    interleaved array, so an entry's links share a cache line) for entries ``0 .. n - 1`` and ``num_lists``
     empty lists whose sentinels are ``n .. n + num_lists - 1`` (each linked to itself; the
     entries' links are unset until pushed: they hold ``n``)."""
-    prev = np.full(n + num_lists, n, dtype=dtype)
-    nxt = np.full(n + num_lists, n, dtype=dtype)
+    links = np.full(2 * (n + num_lists), n, dtype=dtype)  # interleaved: an entry's two links share a cache line
+    prev, nxt = links[0::2], links[1::2]
     prev[n:] = nxt[n:] = np.arange(n, n + num_lists, dtype=dtype)
     return prev, nxt
 

@@ -89,19 +89,16 @@ def replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, stop: i
         b = offsets[r + 1]
         h = 0
         ev = 0
-        if not independent:
+        if independent:  # each block looked up, then accessed on its own
+            for j in range(b - a):
+                i = b - 1 - j if reverse else a + j
+                if kernel_contains(state, block_ids[i]):
+                    h += 1
+                ev += kernel_access(state, block_ids, i, i + 1, False, evicted[ev:])
+        else:
             while a + h < b and kernel_contains(state, block_ids[a + h]):
                 h += 1
-        # One call site for the policy's access hook (it is inlined here): the whole
-        # request at once, or block by block, each looked up first, when independent.
-        for j in range(b - a if independent else 1):
-            lo, hi, rev = a, b, reverse
-            if independent:
-                lo = b - 1 - j if reverse else a + j
-                hi, rev = lo + 1, False
-                if kernel_contains(state, block_ids[lo]):
-                    h += 1
-            ev += kernel_access(state, block_ids, lo, hi, rev, evicted[ev:])
+            ev = kernel_access(state, block_ids, a, b, reverse, evicted)
         hit_blocks[r] = h
         evictions[r] = ev
         used_blocks[r] = kernel_used(state)
