@@ -164,7 +164,7 @@ def next_use_table(flat: FlatTrace) -> np.ndarray:
     return table
 
 
-@njit(nogil=True)
+@kernel_jit(nogil=True)
 def _fill_next_uses(block_ids, table, seen):  # noqa: ANN001, ANN202
     """One backward pass: a reference's next use is the latest position seen so far of
     its block (``seen``, ``NEVER`` at first): O(num_refs), where a stable sort of the ids
