@@ -107,6 +107,29 @@ def _call3(typingctx, address, a, b, c):  # noqa: ANN001, ANN202, ARG001 - numba
     return types.int32(types.uint64, types.uint64, types.uint64, types.uint64), _codegen
 
 
+def _store_codegen(context, builder, signature, llvm_args):  # noqa: ANN001, ANN202, ARG001 - numba intrinsic
+    address, value = llvm_args
+    builder.store(value, builder.inttoptr(address, ir.IntType(64).as_pointer()), align=1)
+    return context.get_dummy_value()
+
+
+def _load_codegen(context, builder, signature, llvm_args):  # noqa: ANN001, ANN202, ARG001 - numba intrinsic
+    return builder.load(builder.inttoptr(llvm_args[0], ir.IntType(64).as_pointer()), align=1)
+
+
+@intrinsic
+def store_u64(typingctx, address, value):  # noqa: ANN001, ANN201, ARG001 - numba intrinsic
+    """``*(uint64 *)address = value`` (little-endian, any alignment): one store where a
+    kernel would write 8 bytes one by one. The caller keeps ``address`` inside its buffer."""
+    return types.void(types.uint64, types.uint64), _store_codegen
+
+
+@intrinsic
+def load_u64(typingctx, address):  # noqa: ANN001, ANN201, ARG001 - numba intrinsic
+    """``*(uint64 *)address`` (any alignment), the counterpart of :func:`store_u64`."""
+    return types.uint64(types.uint64), _load_codegen
+
+
 @njit(nogil=True)
 def sha256_digest(functions, ctx, data, length, out):  # noqa: ANN001, ANN201 - numba helper
     """SHA-256 of ``data[:length]`` (``uint8``) into ``out[:32]`` through libcrypto;

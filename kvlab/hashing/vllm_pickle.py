@@ -35,7 +35,7 @@ from numba import njit
 
 from kvlab.core.validate import check_choice, check_int
 from kvlab.hashing.digests import digester, hash_fn
-from kvlab.hashing.libcrypto import CTX_BYTES, sha256_digest, sha256_functions
+from kvlab.hashing.libcrypto import CTX_BYTES, load_u64, sha256_digest, sha256_functions, store_u64
 
 #: CPython's ``_pickle.c`` ``FRAME_SIZE_TARGET``: frames are split once they reach it.
 FRAME_SIZE_TARGET = 64 * 1024
@@ -134,26 +134,51 @@ def _write_pickles(blocks, parent_len, long_ints):  # noqa: ANN001, ANN202 - num
 _HEAD = 13
 
 
+@njit(nogil=True)
+def _write_suffix_wide(base, p, row):  # noqa: ANN001, ANN202 - numba helper
+    """:func:`_write_suffix` for tokens below ``2**31`` at address ``base + p``, one 8-byte
+    store per token (opcode and value; the next store overwrites the excess), so the
+    buffer needs 8 bytes of slack. Returns the end offset."""
+    block_size = row.shape[0]
+    store_u64(base + np.uint64(p), np.uint64(0x2894))  # MEMOIZE the parent, MARK
+    p += 1 if block_size <= 3 else 2
+    for i in range(block_size):
+        v = np.uint64(row[i])
+        c = np.uint64(v >= np.uint64(256)) + np.uint64(v >= np.uint64(65536))
+        opcode = np.uint64(0x4B) + np.uint64(2) * c - np.uint64(5) * (c >> np.uint64(1))  # 0x4b, 0x4d, 0x4a
+        store_u64(base + np.uint64(p), opcode | (v << np.uint64(8)))
+        p += 2 + np.int64(c) + np.int64(c >> np.uint64(1))
+    tuple_op = 0x74 if block_size > 3 else 0x84 + block_size  # TUPLE / TUPLE1-3
+    # TUPLE, MEMOIZE, NONE, TUPLE3, MEMOIZE, STOP
+    store_u64(base + np.uint64(p), np.uint64(tuple_op) | np.uint64(0x2E94874E9400))
+    return p + 6
+
+
 @njit(cache=True, nogil=True)
 def _sha256_chain(blocks, parent, long_ints, functions):  # noqa: ANN001, ANN202 - numba kernel
     """Chained sha256 of the blocks' pickles after ``parent`` (``uint8[32]``) through
     libcrypto: ``(digests uint8[n, 32], num_done)``; ``num_done < n`` when block
     ``num_done`` needs a second FRAME (its digest and the later ones not written)."""
     num_blocks, block_size = blocks.shape
-    buf = np.zeros(_HEAD + 32 + 8 + 11 * block_size + 8, np.uint8)
+    buf = np.zeros(_HEAD + 32 + 8 + 11 * block_size + 16, np.uint8)
     ctx = np.zeros(CTX_BYTES, np.uint8)
     digests = np.empty((num_blocks, 32), np.uint8)
     buf[0], buf[1], buf[2], buf[11], buf[12] = 0x80, 0x05, 0x95, 0x43, 32
     buf[_HEAD:_HEAD + 32] = parent
+    base = np.uint64(buf.ctypes.data)
     for b in range(num_blocks):
-        end = _write_suffix(buf, _HEAD + 32, blocks[b], long_ints)
+        if long_ints is None:
+            end = _write_suffix_wide(base, _HEAD + 32, blocks[b])
+        else:
+            end = _write_suffix(buf, _HEAD + 32, blocks[b], long_ints)
         frame = end - 11
         if frame >= FRAME_SIZE_TARGET:
             return digests, b
-        for k in range(8):
-            buf[3 + k] = (frame >> (8 * k)) & 0xFF
+        store_u64(base + np.uint64(3), np.uint64(frame))
         sha256_digest(functions, ctx, buf, end, digests[b])
-        buf[_HEAD:_HEAD + 32] = digests[b]
+        d = np.uint64(digests[b].ctypes.data)
+        for k in range(4):
+            store_u64(base + np.uint64(_HEAD + 8 * k), load_u64(d + np.uint64(8 * k)))
     return digests, num_blocks
 
 
