@@ -132,9 +132,10 @@ def load_u64(typingctx, address):  # noqa: ANN001, ANN201, ARG001 - numba intrin
 
 @njit(nogil=True)
 def sha256_digest(functions, ctx, data, length, out):  # noqa: ANN001, ANN201 - numba helper
-    """SHA-256 of ``data[:length]`` (``uint8``) into ``out[:32]`` through libcrypto;
-    ``functions`` from :func:`sha256_functions`, ``ctx`` a ``uint8[CTX_BYTES]`` scratch."""
-    c = np.uint64(ctx.ctypes.data)
-    _call1(functions[0], c)
-    _call3(functions[1], c, np.uint64(data.ctypes.data), np.uint64(length))
-    _call2(functions[2], np.uint64(out.ctypes.data), c)
+    """SHA-256 of the ``length`` bytes at address ``data`` into the 32 bytes at address
+    ``out`` through libcrypto; ``functions`` from :func:`sha256_functions`, ``ctx`` the
+    address of ``CTX_BYTES`` scratch bytes (all addresses ``uint64``, e.g.
+    ``np.uint64(array.ctypes.data)``)."""
+    _call1(functions[0], ctx)
+    _call3(functions[1], ctx, data, np.uint64(length))
+    _call2(functions[2], out, ctx)

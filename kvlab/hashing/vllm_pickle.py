@@ -158,27 +158,38 @@ def _write_suffix_wide(base, p, row):  # noqa: ANN001, ANN202 - numba helper
 def _sha256_chain(blocks, parent, long_ints, functions):  # noqa: ANN001, ANN202 - numba kernel
     """Chained sha256 of the blocks' pickles after ``parent`` (``uint8[32]``) through
     libcrypto: ``(digests uint8[n, 32], num_done)``; ``num_done < n`` when block
-    ``num_done`` needs a second FRAME (its digest and the later ones not written)."""
+    ``num_done`` needs a second FRAME (its digest and the later ones not written).
+
+    Two buffers take turns: block ``b + 1``'s tokens are written while the CPU is still
+    finishing block ``b``'s SHA-256 (they do not depend on it), then its parent is copied in.
+    """
     num_blocks, block_size = blocks.shape
-    buf = np.zeros(_HEAD + 32 + 8 + 11 * block_size + 16, np.uint8)
+    size = _HEAD + 32 + 8 + 11 * block_size + 16
+    bufs = np.zeros((2, size), np.uint8)
     ctx = np.zeros(CTX_BYTES, np.uint8)
     digests = np.empty((num_blocks, 32), np.uint8)
-    buf[0], buf[1], buf[2], buf[11], buf[12] = 0x80, 0x05, 0x95, 0x43, 32
-    buf[_HEAD:_HEAD + 32] = parent
-    base = np.uint64(buf.ctypes.data)
+    for k in range(2):
+        bufs[k, 0], bufs[k, 1], bufs[k, 2], bufs[k, 11], bufs[k, 12] = 0x80, 0x05, 0x95, 0x43, 32
+    bufs[0, _HEAD:_HEAD + 32] = parent
+    bases = (np.uint64(bufs.ctypes.data), np.uint64(bufs.ctypes.data) + np.uint64(size))
+    c, out = np.uint64(ctx.ctypes.data), np.uint64(digests.ctypes.data)
+    end = 0
+    if num_blocks:
+        end = (_write_suffix_wide(bases[0], _HEAD + 32, blocks[0]) if long_ints is None
+               else _write_suffix(bufs[0], _HEAD + 32, blocks[0], long_ints))
     for b in range(num_blocks):
-        if long_ints is None:
-            end = _write_suffix_wide(base, _HEAD + 32, blocks[b])
-        else:
-            end = _write_suffix(buf, _HEAD + 32, blocks[b], long_ints)
+        base, following = bases[b & 1], bases[(b + 1) & 1]
         frame = end - 11
         if frame >= FRAME_SIZE_TARGET:
             return digests, b
         store_u64(base + np.uint64(3), np.uint64(frame))
-        sha256_digest(functions, ctx, buf, end, digests[b])
-        d = np.uint64(digests[b].ctypes.data)
-        for k in range(4):
-            store_u64(base + np.uint64(_HEAD + 8 * k), load_u64(d + np.uint64(8 * k)))
+        digest = out + np.uint64(32 * b)
+        sha256_digest(functions, c, base, end, digest)
+        if b + 1 < num_blocks:
+            end = (_write_suffix_wide(following, _HEAD + 32, blocks[b + 1]) if long_ints is None
+                   else _write_suffix(bufs[(b + 1) & 1], _HEAD + 32, blocks[b + 1], long_ints))
+            for k in range(4):
+                store_u64(following + np.uint64(_HEAD + 8 * k), load_u64(digest + np.uint64(8 * k)))
     return digests, num_blocks
 
 
