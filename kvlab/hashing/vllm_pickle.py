@@ -295,7 +295,7 @@ def _chain_libcrypto(parent: bytes, blocks: np.ndarray, functions: np.ndarray) -
     h, a = parent, 0
     while a < blocks.shape[0]:
         digests, done = _sha256_chain(blocks[a:], np.frombuffer(h, np.uint8), long_ints, functions)
-        hashes += _digest_list(digests[:done])
+        hashes += digest_list(digests[:done])
         h = hashes[-1] if hashes else parent
         a += done
         if a < blocks.shape[0]:
@@ -304,7 +304,7 @@ def _chain_libcrypto(parent: bytes, blocks: np.ndarray, functions: np.ndarray) -
     return hashes
 
 
-def _digest_list(digests: np.ndarray) -> list[bytes]:
+def digest_list(digests: np.ndarray) -> list[bytes]:
     """The rows of ``uint8[n, 32]`` as bytes: numpy's ``S32`` items (fast) drop trailing
     zero bytes, so rows ending in 0x00 are taken whole."""
     out = digests.view("S32").ravel().tolist()
