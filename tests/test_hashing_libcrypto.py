@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import kvlab.hashing.vllm_cbor as vllm_cbor
 import kvlab.hashing.vllm_pickle as vllm_pickle
-from kvlab.hashing import libcrypto
+from kvlab.hashing import libcrypto, vllm
 from kvlab.hashing.digests import DEFAULT_NONE_HASH_SEED, none_hash
 
 ROOT = none_hash("sha256", DEFAULT_NONE_HASH_SEED)
@@ -66,5 +67,41 @@ def test_a_library_giving_other_digests_is_refused(monkeypatch: pytest.MonkeyPat
 def test_digest_rows_ending_in_zero_keep_their_32_bytes() -> None:
     digests = np.arange(96, dtype=np.uint8).reshape(3, 32)
     digests[1, 28:] = 0
-    assert vllm_pickle._digest_list(digests) == [bytes(row) for row in digests.tolist()]
-    assert len(vllm_pickle._digest_list(digests)[1]) == 32
+    assert vllm_pickle.digest_list(digests) == [bytes(row) for row in digests.tolist()]
+    assert len(vllm_pickle.digest_list(digests)[1]) == 32
+
+
+CBOR_TOKENS = st.one_of(st.integers(0, 30), st.integers(0, 70_000), st.integers(0, 2**33), st.integers(0, 2**64 - 1))
+
+
+@given(block_size=st.sampled_from([1, 2, 16, 23, 24, 255, 256]), data=st.data())
+def test_sha256_cbor_kernel_equals_cbor2(block_size: int, data: st.DataObject) -> None:
+    """Every CBOR head form (immediate, 1/2/4/8-byte argument; array heads 80+B, 98, 99)."""
+    import cbor2
+
+    rows = data.draw(st.lists(st.lists(CBOR_TOKENS, min_size=block_size, max_size=block_size), max_size=4))
+    blocks = np.array(rows, dtype=np.uint64).reshape(len(rows), block_size)
+    parent, expected = none_hash("sha256_cbor", DEFAULT_NONE_HASH_SEED), []
+    for row in rows:
+        expected.append(parent := hashlib.sha256(cbor2.dumps((parent, tuple(row), None), canonical=True)).digest())
+    root = none_hash("sha256_cbor", DEFAULT_NONE_HASH_SEED)
+    assert vllm_cbor.chain_sha256_cbor(root, blocks) == expected
+
+
+def test_sha256_cbor_profile_falls_back_to_cbor2_without_libcrypto(monkeypatch: pytest.MonkeyPatch) -> None:
+    hasher = vllm(algo="sha256_cbor", block_size=16)
+    tokens = np.arange(80, dtype=np.int64) * 3001
+    fast = hasher.block_hashes(tokens)
+    monkeypatch.setattr(vllm_cbor, "sha256_functions", lambda: None)
+    assert vllm_cbor.chain_sha256_cbor(bytes(32), np.zeros((1, 2), np.uint64)) is None
+    assert hasher.block_hashes(tokens) == fast and len(fast) == 5
+
+
+@pytest.mark.parametrize(("parent", "blocks", "message"), [
+    (bytes(31), np.zeros((1, 2), np.uint64), "parent must be a 32-byte sha256 digest"),
+    (bytes(32), np.zeros((1, 2), np.int64), "blocks must be a uint64"),
+    (bytes(32), np.zeros(2, np.uint64), "blocks must be a uint64"),
+])
+def test_sha256_cbor_bad_input(parent, blocks, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        vllm_cbor.chain_sha256_cbor(parent, blocks)

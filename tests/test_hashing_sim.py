@@ -93,3 +93,25 @@ def test_batch_equals_one_call_per_prompt(prompts, block_size, seed, partial_tai
 def test_batch_bad_input(offsets, tokens, message) -> None:
     with pytest.raises(ValueError, match=message):
         chain_u64_batch(offsets, tokens, 4)
+
+
+@given(prompts=st.lists(st.lists(st.integers(0, 2**31 - 1), max_size=40), max_size=9), block_size=st.integers(1, 9),
+       partial_tail=st.booleans(), dtype=st.sampled_from(["int32", "uint32", "int64"]))
+def test_batch_reads_narrow_arrays_as_they_are(prompts, block_size, partial_tail, dtype) -> None:
+    """int32/uint32/int64 arrays skip the conversion: same keys as the uint64 array."""
+    offsets = np.cumsum([0] + [len(p) for p in prompts])
+    tokens = np.array([t for p in prompts for t in p], dtype=np.uint64)
+    want = chain_u64_batch(offsets, tokens, block_size, partial_tail=partial_tail)
+    got = chain_u64_batch(offsets, tokens.astype(dtype), block_size, partial_tail=partial_tail)
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+@pytest.mark.parametrize("where", [0, 5, 37, 63, 99])  # full block, tail, short prompt, in flight
+def test_batch_kernel_finds_a_negative_id(dtype, where) -> None:
+    """The kernel checks signed arrays for negative ids wherever the id sits."""
+    offsets = [0, 40, 43, 60, 64, 100]
+    tokens = np.arange(100, dtype=dtype)
+    tokens[where] = -7
+    with pytest.raises(ValueError, match="token_ids must be >= 0, got -7"):
+        chain_u64_batch(offsets, tokens, 4, partial_tail=False)

@@ -109,11 +109,35 @@ def _call3(typingctx, address, a, b, c):  # noqa: ANN001, ANN202, ARG001 - numba
     return types.int32(types.uint64, types.uint64, types.uint64, types.uint64), _codegen
 
 
+def _store_codegen(context, builder, signature, llvm_args):  # noqa: ANN001, ANN202, ARG001 - numba intrinsic
+    address, value = llvm_args
+    builder.store(value, builder.inttoptr(address, ir.IntType(64).as_pointer()), align=1)
+    return context.get_dummy_value()
+
+
+def _load_codegen(context, builder, signature, llvm_args):  # noqa: ANN001, ANN202, ARG001 - numba intrinsic
+    return builder.load(builder.inttoptr(llvm_args[0], ir.IntType(64).as_pointer()), align=1)
+
+
+@intrinsic
+def store_u64(typingctx, address, value):  # noqa: ANN001, ANN201, ARG001 - numba intrinsic
+    """``*(uint64 *)address = value`` (little-endian, any alignment): one store where a
+    kernel would write 8 bytes one by one. The caller keeps ``address`` inside its buffer."""
+    return types.void(types.uint64, types.uint64), _store_codegen
+
+
+@intrinsic
+def load_u64(typingctx, address):  # noqa: ANN001, ANN201, ARG001 - numba intrinsic
+    """``*(uint64 *)address`` (any alignment), the counterpart of :func:`store_u64`."""
+    return types.uint64(types.uint64), _load_codegen
+
+
 @kernel_jit(nogil=True)
 def sha256_digest(functions, ctx, data, length, out):  # noqa: ANN001, ANN201 - numba helper
-    """SHA-256 of ``data[:length]`` (``uint8``) into ``out[:32]`` through libcrypto;
-    ``functions`` from :func:`sha256_functions`, ``ctx`` a ``uint8[CTX_BYTES]`` scratch."""
-    c = np.uint64(ctx.ctypes.data)
-    _call1(functions[0], c)
-    _call3(functions[1], c, np.uint64(data.ctypes.data), np.uint64(length))
-    _call2(functions[2], np.uint64(out.ctypes.data), c)
+    """SHA-256 of the ``length`` bytes at address ``data`` into the 32 bytes at address
+    ``out`` through libcrypto; ``functions`` from :func:`sha256_functions`, ``ctx`` the
+    address of ``CTX_BYTES`` scratch bytes (all addresses ``uint64``, e.g.
+    ``np.uint64(array.ctypes.data)``)."""
+    _call1(functions[0], ctx)
+    _call3(functions[1], ctx, data, np.uint64(length))
+    _call2(functions[2], out, ctx)

@@ -32,6 +32,7 @@ from kvlab.hashing.base import (
     u64_from_bytes_last8,
 )
 from kvlab.hashing.digests import DEFAULT_NONE_HASH_SEED, check_algo, hash_fn, none_hash
+from kvlab.hashing.vllm_cbor import chain_sha256_cbor
 from kvlab.hashing.vllm_extra_keys import BlockExtraKeys, ExtraKey, event_extra_keys_of
 from kvlab.hashing.vllm_pickle import PICKLE_ALGOS, chain_without_extras
 
@@ -228,8 +229,12 @@ class VllmHasher(BlockHasher):
         request's first block), taking their extra keys from ``keys``; under the pickle
         algos, runs of blocks without keys take the fast path of :mod:`~kvlab.hashing.vllm_pickle`."""
         extra = keys.next_blocks(blocks.shape[0])
-        fast = self.algo in PICKLE_ALGOS
         h = parent or self._none_hash
+        if self.algo == "sha256_cbor" and keys.always_none:
+            hashes = chain_sha256_cbor(h, blocks)  # None without libcrypto: cbor2 below
+            if hashes is not None:
+                return hashes
+        fast = self.algo in PICKLE_ALGOS
         if fast and keys.always_none:
             return chain_without_extras(self.algo, h, blocks)
         hashes: list[bytes] = []

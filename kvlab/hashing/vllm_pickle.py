@@ -35,7 +35,7 @@ import numpy as np
 from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_choice, check_int
 from kvlab.hashing.digests import digester, hash_fn
-from kvlab.hashing.libcrypto import CTX_BYTES, sha256_digest, sha256_functions
+from kvlab.hashing.libcrypto import CTX_BYTES, load_u64, sha256_digest, sha256_functions, store_u64
 
 #: CPython's ``_pickle.c`` ``FRAME_SIZE_TARGET``: frames are split once they reach it.
 FRAME_SIZE_TARGET = 64 * 1024
@@ -135,25 +135,61 @@ _HEAD = 13
 
 
 @kernel_jit(nogil=True)
+def _write_suffix_wide(base, p, row):  # noqa: ANN001, ANN202 - numba helper
+    """:func:`_write_suffix` for tokens below ``2**31`` at address ``base + p``, one 8-byte
+    store per token (opcode and value; the next store overwrites the excess), so the
+    buffer needs 8 bytes of slack. Returns the end offset."""
+    block_size = row.shape[0]
+    store_u64(base + np.uint64(p), np.uint64(0x2894))  # MEMOIZE the parent, MARK
+    p += 1 if block_size <= 3 else 2
+    for i in range(block_size):
+        v = np.uint64(row[i])
+        c = np.uint64(v >= np.uint64(256)) + np.uint64(v >= np.uint64(65536))
+        opcode = np.uint64(0x4B) + np.uint64(2) * c - np.uint64(5) * (c >> np.uint64(1))  # 0x4b, 0x4d, 0x4a
+        store_u64(base + np.uint64(p), opcode | (v << np.uint64(8)))
+        p += 2 + np.int64(c) + np.int64(c >> np.uint64(1))
+    tuple_op = 0x74 if block_size > 3 else 0x84 + block_size  # TUPLE / TUPLE1-3
+    # TUPLE, MEMOIZE, NONE, TUPLE3, MEMOIZE, STOP
+    store_u64(base + np.uint64(p), np.uint64(tuple_op) | np.uint64(0x2E94874E9400))
+    return p + 6
+
+
+@kernel_jit(nogil=True)
 def _sha256_chain(blocks, parent, long_ints, functions):  # noqa: ANN001, ANN202 - numba kernel
     """Chained sha256 of the blocks' pickles after ``parent`` (``uint8[32]``) through
     libcrypto: ``(digests uint8[n, 32], num_done)``; ``num_done < n`` when block
-    ``num_done`` needs a second FRAME (its digest and the later ones not written)."""
+    ``num_done`` needs a second FRAME (its digest and the later ones not written).
+
+    Two buffers take turns: block ``b + 1``'s tokens are written while the CPU is still
+    finishing block ``b``'s SHA-256 (they do not depend on it), then its parent is copied in.
+    """
     num_blocks, block_size = blocks.shape
-    buf = np.zeros(_HEAD + 32 + 8 + 11 * block_size + 8, np.uint8)
+    size = _HEAD + 32 + 8 + 11 * block_size + 16
+    bufs = np.zeros((2, size), np.uint8)
     ctx = np.zeros(CTX_BYTES, np.uint8)
     digests = np.empty((num_blocks, 32), np.uint8)
-    buf[0], buf[1], buf[2], buf[11], buf[12] = 0x80, 0x05, 0x95, 0x43, 32
-    buf[_HEAD:_HEAD + 32] = parent
+    for k in range(2):
+        bufs[k, 0], bufs[k, 1], bufs[k, 2], bufs[k, 11], bufs[k, 12] = 0x80, 0x05, 0x95, 0x43, 32
+    bufs[0, _HEAD:_HEAD + 32] = parent
+    bases = (np.uint64(bufs.ctypes.data), np.uint64(bufs.ctypes.data) + np.uint64(size))
+    c, out = np.uint64(ctx.ctypes.data), np.uint64(digests.ctypes.data)
+    end = 0
+    if num_blocks:
+        end = (_write_suffix_wide(bases[0], _HEAD + 32, blocks[0]) if long_ints is None
+               else _write_suffix(bufs[0], _HEAD + 32, blocks[0], long_ints))
     for b in range(num_blocks):
-        end = _write_suffix(buf, _HEAD + 32, blocks[b], long_ints)
+        base, following = bases[b & 1], bases[(b + 1) & 1]
         frame = end - 11
         if frame >= FRAME_SIZE_TARGET:
             return digests, b
-        for k in range(8):
-            buf[3 + k] = (frame >> (8 * k)) & 0xFF
-        sha256_digest(functions, ctx, buf, end, digests[b])
-        buf[_HEAD:_HEAD + 32] = digests[b]
+        store_u64(base + np.uint64(3), np.uint64(frame))
+        digest = out + np.uint64(32 * b)
+        sha256_digest(functions, c, base, end, digest)
+        if b + 1 < num_blocks:
+            end = (_write_suffix_wide(following, _HEAD + 32, blocks[b + 1]) if long_ints is None
+                   else _write_suffix(bufs[(b + 1) & 1], _HEAD + 32, blocks[b + 1], long_ints))
+            for k in range(4):
+                store_u64(following + np.uint64(_HEAD + 8 * k), load_u64(digest + np.uint64(8 * k)))
     return digests, num_blocks
 
 
@@ -259,7 +295,7 @@ def _chain_libcrypto(parent: bytes, blocks: np.ndarray, functions: np.ndarray) -
     h, a = parent, 0
     while a < blocks.shape[0]:
         digests, done = _sha256_chain(blocks[a:], np.frombuffer(h, np.uint8), long_ints, functions)
-        hashes += _digest_list(digests[:done])
+        hashes += digest_list(digests[:done])
         h = hashes[-1] if hashes else parent
         a += done
         if a < blocks.shape[0]:
@@ -268,7 +304,7 @@ def _chain_libcrypto(parent: bytes, blocks: np.ndarray, functions: np.ndarray) -
     return hashes
 
 
-def _digest_list(digests: np.ndarray) -> list[bytes]:
+def digest_list(digests: np.ndarray) -> list[bytes]:
     """The rows of ``uint8[n, 32]`` as bytes: numpy's ``S32`` items (fast) drop trailing
     zero bytes, so rows ending in 0x00 are taken whole."""
     out = digests.view("S32").ravel().tolist()
