@@ -3,8 +3,9 @@
 The driver is generic over the policy: it calls the hooks of
 :mod:`kvlab.policies.base`, and numba compiles one specialisation per policy state
 type, compiled without numba's reference counting (``_nrt=False``, see
-:mod:`kvlab.policies.base`). It is not cached on disk: numba's cache would not notice an
-edit to a policy module, and a stale kernel would silently disagree with its reference class.
+:mod:`kvlab.policies.base`). It is cached on disk by :func:`kvlab.core.jit.kernel_jit`,
+keyed on a digest of every kvlab source (numba's own cache would not notice an edit to a
+policy module, and a stale kernel would silently disagree with its reference class).
 
 Orphan tracking (optional) counts resident blocks whose parent block is not resident —
 unreachable under chained hashing, yet occupying capacity. It keeps a shadow of the
