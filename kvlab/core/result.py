@@ -228,8 +228,9 @@ def timeline_frame(step: object, time_s: object, tier: str | object, metrics: Ma
         if values.shape != step.shape:
             raise ValueError(f"metric {name!r} has {values.shape[0] if values.ndim else 0} values, "
                              f"step {step.shape[0]}")
-        frames.append(pl.DataFrame({"step": step, "time_s": time_s, "tier": tier, "metric": name,
-                                    "value": values}, schema=TIMELINE_SCHEMA))
+        frames.append(pl.DataFrame({"step": step, "time_s": time_s, "tier": _repeat(tier, step.shape[0]),
+                                    "metric": _repeat(name, step.shape[0]), "value": values},
+                                   schema=TIMELINE_SCHEMA))
     return pl.concat(frames) if frames else pl.DataFrame(schema=TIMELINE_SCHEMA)
 
 
@@ -305,6 +306,12 @@ def _prefix_sums_at(values: np.ndarray, positions: np.ndarray) -> np.ndarray:
 
 #: Steps summed at a time by :func:`_prefix_sums_at`.
 _SUM_CHUNK = 1 << 20
+
+
+def _repeat(value: object, length: int) -> object:
+    """A string repeated ``length`` times as a polars column (``new_from_index``: ~5× cheaper
+    than broadcasting a Python string in the frame constructor); anything else unchanged."""
+    return pl.Series([value], dtype=pl.String).new_from_index(0, length) if isinstance(value, str) else value
 
 
 def rolling_hit_ratio(hit_blocks: object, blocks: object, window_requests: int, at: object = None) -> np.ndarray:
