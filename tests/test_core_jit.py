@@ -75,6 +75,23 @@ def test_unusable_cache_folder_degrades_to_compiling(tmp_path: Path) -> None:
     assert not list((PACKAGE / "sim").glob("__pycache__/kernel.replay_range-*"))  # no in-tree fallback
 
 
+def test_unknown_user_cache_path_degrades_to_compiling() -> None:
+    run = run_replay({"KVLAB_CACHE_DIR": "~kvlab-no-such-user/cache"})
+    assert (run["hits"], run["cache_hits"]) == (HITS, 0)
+
+
+@pytest.mark.parametrize("content", [b"", b"\x80not a pickle"])
+def test_corrupt_cache_file_is_a_miss(tmp_path: Path, content: bytes) -> None:
+    env = {"KVLAB_CACHE_DIR": str(tmp_path / "cache")}
+    run_replay(env)
+    data_files = list((tmp_path / "cache").rglob("kernel.replay_range-*.nbc"))
+    assert data_files
+    for path in data_files:
+        path.write_bytes(content)
+    run = run_replay(env)
+    assert (run["hits"], run["cache_hits"]) == (HITS, 0)
+
+
 def test_edited_policy_hook_is_recompiled_not_loaded(tmp_path: Path) -> None:
     copy = tmp_path / "pkg"
     shutil.copytree(PACKAGE, copy / "kvlab", ignore=shutil.ignore_patterns("__pycache__"))

@@ -136,6 +136,7 @@ def test_kvlab_replay_runs_omlx(synthetic) -> None:
     assert via_sim.requests.equals(direct.requests) and via_sim.summary == direct.summary
     for kwargs, message in (({"ssd_only": True}, "ssd_only and ssd_capacity_blocks apply to mode 'omlx' only"),
                             ({"mode": "omlx", "warmup_fraction": 0.5}, "mode 'omlx' has no warm-up"),
+                            ({"mode": "omlx", "timeline_points": 10}, "timeline_points applies to modes"),
                             ({"mode": "omlx", "policy": "fifo"}, "mode 'omlx' replays vLLM's free queue"),
                             ({"mode": "omlx", "capacity_blocks": 0}, "capacity_blocks must be an integer >= 1")):
         with pytest.raises(ValueError, match=message):

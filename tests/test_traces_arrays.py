@@ -98,6 +98,7 @@ def test_zipf_objects_is_from_arrays_of_its_ids() -> None:
     ({"block_keys": [3, -1]}, r"block_keys must be >= 0; block_keys\[1\] is -1"),
     ({"block_keys": [[1, 2]]}, "block_keys must be a one-dimensional array"),
     ({"block_keys": []}, "at least one request"),
+    ({"block_keys": np.array([], dtype=np.uint64), "offsets": [0]}, "at least one request"),
     ({"block_keys": [1, 2], "offsets": [0, 1]}, "offsets must start at 0 and end at len"),
     ({"block_keys": [1, 2], "offsets": [0, 2, 1, 2]}, r"non-decreasing; offsets\[2\]=1 after 2"),
     ({"block_keys": [1, 2], "arrival_s": [0.0]}, "arrival_s has 1 values for 2 requests"),

@@ -18,9 +18,9 @@ Environment:
   current digest is a child of it).
 * ``KVLAB_JIT_CACHE=0``: compile afresh in every process (no disk access).
 
-A folder that cannot be created or written degrades to compiling, never to an error. Both
-variables are read once, when the first kernel is decorated (at import of the module that
-defines it).
+A folder that cannot be created or written (or a ``~user`` path of an unknown user) degrades to
+compiling, never to an error, and a truncated or corrupt cache file is a miss. Both variables are
+read once per process, at the first kernel call (compile or cache load).
 
 >>> from kvlab.core.jit import kernel_jit
 >>> @kernel_jit(nogil=True)
@@ -84,14 +84,14 @@ def cache_folder() -> Path | None:
     cache is disabled or the folder is not writable."""
     if not cache_enabled():
         return None
-    folder = cache_root() / source_digest()
     try:
+        folder = cache_root() / source_digest()
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".probe-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
         os.utime(folder)
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: "~user" of an unknown user, or no home
         return None
     _prune(folder.parent, keep=folder)
     return folder
@@ -142,7 +142,10 @@ def _cache_class() -> type:
         def load_overload(self, sig: Any, target_context: Any) -> Any:
             if any(_is_foreign(t) for t in getattr(sig, "args", sig)):
                 return None
-            return super().load_overload(sig, target_context)
+            try:
+                return super().load_overload(sig, target_context)
+            except Exception:  # noqa: BLE001 - a truncated or corrupt cache file is a miss: compile
+                return None
 
         def save_overload(self, sig: Any, data: Any) -> None:
             if not any(_is_foreign(t) for t in getattr(sig, "args", sig)):

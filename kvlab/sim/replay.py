@@ -141,6 +141,9 @@ class ReplayConfig:
             raise ValueError(f"mode {self.mode!r} replays vLLM's free queue, an LRU freed in reverse: it needs "
                              f"policy='lru' and touch_order='head_most_recent', got policy={self.policy!r}, "
                              f"touch_order={self.touch_order!r}")
+        if self.mode == "omlx" and self.timeline_points != TIMELINE_POINTS:
+            raise ValueError(f"mode 'omlx' records its engine's timeline at one point per request; "
+                             f"timeline_points applies to modes 'prefix' and 'vllm', got {self.timeline_points!r}")
         if self.mode == "omlx" and self.warmup_fraction:
             raise ValueError(f"mode 'omlx' has no warm-up, got warmup_fraction={self.warmup_fraction!r}")
         if self.mode != "omlx" and (self.ssd_only is not False or self.ssd_capacity_blocks is not None):

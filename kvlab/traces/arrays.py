@@ -68,6 +68,8 @@ def trace_from_arrays(block_keys: object, *, offsets: object = None, arrival_s: 
         offsets = _int_array("offsets", offsets).astype(np.int64, copy=False)
         _check_offsets(offsets, keys.shape[0])
         num_requests = offsets.shape[0] - 1
+        if num_requests == 0:
+            raise ValueError("a trace needs at least one request; block_keys/offsets describe none")
         blocks = np.diff(offsets)
         default_tokens = blocks * block_size
         starts = pl.Series("start", offsets[:-1])
