@@ -4,8 +4,6 @@ and the core helpers it is built with (:func:`kvlab.core.timeline_steps`, :func:
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import polars as pl
 import pytest
@@ -15,6 +13,7 @@ from hypothesis import strategies as st
 from conftest import chained_traces, make_trace
 from kvlab.core import SINGLE_TIER, bucket_sums, rolling_hit_ratio, timeline_frame, timeline_steps
 from kvlab.sim import ReplayConfig, replay
+from kvlab.sim.replay import run_kernel, summarize
 from kvlab.viz import tier_breakdown
 
 A, B, C, D, E = 11, 22, 33, 44, 55
@@ -141,11 +140,9 @@ def test_rolling_hit_ratio_at_steps_is_the_full_one_there(data, window, picks) -
         rolling_hit_ratio(hits, blocks, window, at=[len(data)])
 
 
-def test_summary_in_chunks_is_the_summary_in_one(monkeypatch) -> None:
-    """summarize works through the requests in chunks: chunks of 3 requests (a warm-up of 2 cutting
-    the first one) give the totals of the requests frame."""
-    replay_module = importlib.import_module("kvlab.sim.replay")
-    monkeypatch.setattr(replay_module, "_SUMMARY_CHUNK", 3)
+def test_summary_totals_are_the_requests_frames() -> None:
+    """The one-pass totals (a warm-up of 3 requests) are the sums over the requests frame's measured
+    rows, and summarize (totals alone) gives the same summary as replay."""
     trace = make_trace(SCENARIO * 3, block_size=4, input_tokens=[10, 12, 5, 9, 8] * 3)
     result = replay(trace, capacity_blocks=4, warmup_fraction=0.2)
     s, measured = result.summary, result.requests.filter("measured")
@@ -154,6 +151,7 @@ def test_summary_in_chunks_is_the_summary_in_one(monkeypatch) -> None:
         measured["hit_blocks"].sum(), measured["hit_tokens"].sum(), measured["input_tokens"].sum(),
         measured["blocks"].sum(), measured["evictions"].sum())
     assert s.mean_request_block_hit_ratio == pytest.approx((measured["hit_blocks"] / measured["blocks"]).mean())
+    assert summarize(trace, result.config, run_kernel(trace, result.config)) == s
 
 
 def test_the_warm_up_ends_a_bucket() -> None:

@@ -21,9 +21,18 @@ from kvlab.core.validate import check_choice, check_flag, check_int, check_posit
 from kvlab.engines.replay import replay_omlx
 from kvlab.policies import get_policy
 from kvlab.sim.kernel import make_orphan_tracker, replay_range
-from kvlab.sim.replay_frames import hit_tokens_u32 as _hit_tokens
-from kvlab.sim.replay_frames import requests_frame as _requests_frame
-from kvlab.sim.replay_frames import timeline_frame_of as _timeline_frame
+from kvlab.sim.replay_frames import frames_of, run_totals
+from kvlab.sim.replay_pass import (
+    ADMITTED,
+    EVICTIONS,
+    HIT_TOKENS,
+    HITS,
+    INPUT_TOKENS,
+    NONEMPTY,
+    PEAK_USED,
+    REFS,
+    RequestTotals,
+)
 from kvlab.sim.vllm_kernel import FREE_ORDERS, make_vllm_state, vllm_replay_range
 from kvlab.traces import Trace
 from kvlab.traces.flat import FlatTrace
@@ -35,7 +44,6 @@ _CHUNK_REFS = 2_000_000  # block refs per kernel call when a progress bar is sho
 #: Default :attr:`ReplayConfig.timeline_points`: points per timeline metric (charts draw at most
 #: about this many, see :mod:`kvlab.viz`).
 TIMELINE_POINTS = 2_000
-_SUMMARY_CHUNK = 1 << 20  # requests per step of summarize's totals (bounds its temporaries)
 
 
 @dataclass(frozen=True)
@@ -297,35 +305,27 @@ def _vllm_step(flat: FlatTrace, config: ReplayConfig, hits: np.ndarray, used: np
 
 def summarize(trace: Trace, config: ReplayConfig, run: KernelRun,
               summary_type: type[ReplaySummary] = ReplaySummary) -> ReplaySummary:
-    """Totals of a kernel run over the measured requests, as a ``summary_type``.
+    """Totals of a kernel run over the measured requests, as a ``summary_type`` (one pass over
+    the per-request arrays, :func:`kvlab.sim.replay_pass.request_pass`; no temporaries)."""
+    return _summary(trace, config, run, run_totals(trace, config, run), summary_type)
 
-    Works through the requests in chunks of :data:`_SUMMARY_CHUNK`, so its temporary arrays
-    stay a few MiB whatever the trace's length.
-    """
-    flat = trace.flat
-    n = flat.num_requests
+
+def _summary(trace: Trace, config: ReplayConfig, run: KernelRun, totals: RequestTotals,
+             summary_type: type[ReplaySummary]) -> ReplaySummary:
+    n = trace.flat.num_requests
     skip = config.warmup_requests(n)
-    num_hits = num_hit_tokens = num_nonempty = 0
-    ratio_sum = 0.0
-    for a in range(skip, n, _SUMMARY_CHUNK):
-        b = min(a + _SUMMARY_CHUNK, n)
-        blocks, hits = np.diff(flat.offsets[a:b + 1]), run.hit_blocks[a:b]
-        num_hits += int(hits.sum(dtype=np.int64))
-        num_hit_tokens += int(_hit_tokens(hits, flat.input_tokens[a:b], flat.block_size).sum(dtype=np.int64))
-        nonempty = blocks > 0
-        num_nonempty += int(np.count_nonzero(nonempty))
-        ratio_sum += float(np.divide(hits, blocks, out=np.zeros(b - a), where=nonempty).sum())
-    refs, num_inputs = int(flat.offsets[-1] - flat.offsets[skip]), int(flat.input_tokens[skip:].sum())
+    counts = totals.counts
+    refs, hits, inputs, hit_tokens = (int(counts[i]) for i in (REFS, HITS, INPUT_TOKENS, HIT_TOKENS))
     return summary_type(
         source=trace.source, config=config, requests=n - skip, warmup_requests=skip,
-        block_refs=refs, hit_blocks=num_hits,
-        block_hit_ratio=num_hits / refs if refs else 0.0,
-        input_tokens=num_inputs, hit_tokens=num_hit_tokens,
-        token_hit_ratio=num_hit_tokens / num_inputs if num_inputs else 0.0,
-        mean_request_block_hit_ratio=ratio_sum / num_nonempty if num_nonempty else 0.0,
-        evictions=int(run.evictions[skip:].sum(dtype=np.int64)),
-        peak_used_blocks=int(run.used_blocks.max()) if run.used_blocks.size else 0,
-        rejected_requests=int(n - skip - np.count_nonzero(run.admitted[skip:])),
+        block_refs=refs, hit_blocks=hits,
+        block_hit_ratio=hits / refs if refs else 0.0,
+        input_tokens=inputs, hit_tokens=hit_tokens,
+        token_hit_ratio=hit_tokens / inputs if inputs else 0.0,
+        mean_request_block_hit_ratio=totals.ratio_sum / int(counts[NONEMPTY]) if counts[NONEMPTY] else 0.0,
+        evictions=int(counts[EVICTIONS]),
+        peak_used_blocks=int(counts[PEAK_USED]),
+        rejected_requests=n - skip - int(counts[ADMITTED]),
         mean_orphaned_share=_orphan_share(run, skip) if config.track_orphans else None,
     )
 
@@ -398,8 +398,6 @@ def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool =
 def result_of(trace: Trace, config: ReplayConfig, run: KernelRun,
               summary_type: type[ReplaySummary] = ReplaySummary) -> RunResult:
     """The :class:`~kvlab.core.RunResult` of a run's per-request arrays (as :func:`replay` returns)."""
-    offsets = trace.flat.offsets
-    blocks = np.subtract(offsets[1:], offsets[:-1], out=np.empty(offsets.shape[0] - 1, np.uint32), casting="unsafe")
-    return RunResult(requests=_requests_frame(trace, config, run, blocks),
-                     timeline=_timeline_frame(trace, config, run, blocks),
-                     summary=summarize(trace, config, run, summary_type), config=config)
+    requests, timeline, totals = frames_of(trace, config, run)
+    return RunResult(requests=requests, timeline=timeline, summary=_summary(trace, config, run, totals, summary_type),
+                     config=config)

@@ -1,6 +1,7 @@
 """The result frames of a single-cache replay (:func:`kvlab.sim.replay`), built from arrays:
 the requests frame shares the trace's columns and the kernel's outputs, the timeline holds one
-value per point (``ReplayConfig.timeline_points``)."""
+value per point (``ReplayConfig.timeline_points``). One pass (:func:`kvlab.sim.replay_pass.request_pass`)
+computes the derived columns, the summary's totals and the timeline's running sums."""
 
 from __future__ import annotations
 
@@ -9,69 +10,81 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from kvlab.core.result import bucket_sums, rolling_hit_ratio, timeline_frame, timeline_steps
+from kvlab.core.result import timeline_frame, timeline_steps
 from kvlab.core.semantics import SINGLE_TIER
+from kvlab.sim.replay_pass import CUT_BLOCKS, CUT_EVICTIONS, CUT_HITS, RequestColumns, RequestTotals, request_pass
 from kvlab.traces import Trace
 
 if TYPE_CHECKING:
     from kvlab.sim.replay import KernelRun, ReplayConfig
 
 
-def hit_tokens_u32(hit_blocks: np.ndarray, input_tokens: np.ndarray, block_size: int) -> np.ndarray:
-    """``min(hit_blocks * block_size, input_tokens)`` per request, ``u32`` (the ``requests``
-    frame's dtype; ``hit_blocks * block_size`` is below ``input_tokens + block_size``), computed
-    in place in one array."""
-    tokens = hit_blocks.astype(np.uint32)
-    tokens *= np.uint32(block_size)
-    return np.minimum(tokens, input_tokens, out=tokens, casting="unsafe")
-
-
-def requests_frame(trace: Trace, config: ReplayConfig, run: KernelRun, blocks: np.ndarray) -> pl.DataFrame:
-    """One row per request, built from arrays (``blocks``: ``u32`` blocks of each request): the
-    trace's columns are shared, not copied; the kernel's non-negative ``int32`` outputs are viewed
-    as ``u32`` where the contract wants it."""
+def run_totals(trace: Trace, config: ReplayConfig, run: KernelRun, cuts: np.ndarray | None = None,
+               columns: RequestColumns | None = None) -> RequestTotals:
+    """:func:`~kvlab.sim.replay_pass.request_pass` over a kernel run of ``trace`` (warm-up from
+    ``config``)."""
     flat = trace.flat
-    n = flat.num_requests
-    input_tokens = trace.frame["input_tokens"].to_numpy()
-    hit_tokens = hit_tokens_u32(run.hit_blocks, input_tokens, flat.block_size)
-    measured = np.ones(n, dtype=np.bool_)
-    measured[: config.warmup_requests(n)] = False
-    columns = {
-        "request_id": trace.frame["request_id"],
-        "arrival_s": trace.frame["arrival_s"],
-        "input_tokens": trace.frame["input_tokens"],
+    return request_pass(flat.offsets, flat.input_tokens, flat.block_size, config.warmup_requests(flat.num_requests),
+                        run.hit_blocks, run.evictions, run.used_blocks, run.admitted, cuts=cuts, columns=columns)
+
+
+def frames_of(trace: Trace, config: ReplayConfig, run: KernelRun) -> tuple[pl.DataFrame, pl.DataFrame, RequestTotals]:
+    """The ``requests`` and ``timeline`` frames of a kernel run (see :func:`kvlab.sim.replay`)
+    and the run's totals, from one pass over the per-request arrays."""
+    n = trace.flat.num_requests
+    steps = timeline_steps(n, config.timeline_points)
+    if 0 < (skip := config.warmup_requests(n)) and config.timeline_points is not None:
+        steps = np.union1d(steps, [skip - 1])  # no bucket mixes warm-up and measured requests
+    ends = steps + 1
+    starts = np.maximum(ends - config.window_requests, 0)
+    cuts = np.union1d(ends, starts)
+    columns = RequestColumns.empty(n)
+    totals = run_totals(trace, config, run, cuts=cuts, columns=columns)
+    return (_requests_frame(trace, run, columns),
+            _timeline_frame(trace, config, run, steps, totals.cut_sums[np.searchsorted(cuts, ends)],
+                            totals.cut_sums[np.searchsorted(cuts, starts)]),
+            totals)
+
+
+def _requests_frame(trace: Trace, run: KernelRun, columns: RequestColumns) -> pl.DataFrame:
+    """One row per request: the trace's columns shared, the kernel's non-negative ``int32``
+    outputs viewed as ``u32`` where the contract wants it, the pass's derived columns."""
+    frame = trace.frame
+    values = {
+        "request_id": frame["request_id"],
+        "arrival_s": frame["arrival_s"],
+        "input_tokens": frame["input_tokens"],
         "hit_blocks": run.hit_blocks.view(np.uint32),
-        "hit_tokens": hit_tokens,
-        "rejected": ~run.admitted,
-        "blocks": blocks,
-        "miss_blocks": np.subtract(blocks, run.hit_blocks.view(np.uint32)),
-        "miss_tokens": np.subtract(input_tokens, hit_tokens, dtype=np.uint32, casting="unsafe"),
+        "hit_tokens": columns.hit_tokens,
+        "rejected": columns.rejected,
+        "blocks": columns.blocks,
+        "miss_blocks": columns.miss_blocks,
+        "miss_tokens": columns.miss_tokens,
         "evictions": run.evictions,
         "used_blocks": run.used_blocks,
-        "measured": measured,
+        "measured": columns.measured,
     }
-    return pl.DataFrame({name: pl.Series(name, values) if isinstance(values, np.ndarray) else values
-                         for name, values in columns.items()})
+    return pl.DataFrame({name: pl.Series(name, v) if isinstance(v, np.ndarray) else v for name, v in values.items()})
 
 
-def timeline_frame_of(trace: Trace, config: ReplayConfig, run: KernelRun, blocks: np.ndarray) -> pl.DataFrame:
-    """The timeline at ``config.timeline_points`` (see :func:`replay`), built from arrays of one
-    value per point (no array per request beyond the kernel's outputs and ``blocks``)."""
-    flat = trace.flat
-    steps = timeline_steps(flat.num_requests, config.timeline_points)
-    if 0 < (skip := config.warmup_requests(flat.num_requests)) and config.timeline_points is not None:
-        steps = np.union1d(steps, [skip - 1])  # no bucket mixes warm-up and measured requests
-    hit_blocks = bucket_sums(run.hit_blocks, steps)
+def _timeline_frame(trace: Trace, config: ReplayConfig, run: KernelRun, steps: np.ndarray, at_end: np.ndarray,
+                    at_start: np.ndarray) -> pl.DataFrame:
+    """The timeline at ``steps`` (see :func:`kvlab.sim.replay`) from the running sums at each
+    bucket's end (``at_end``) and at each rolling window's start (``at_start``), ``int64[k, 3]``."""
+    hit_blocks = np.diff(at_end[:, CUT_HITS], prepend=0)
+    window_refs = (at_end[:, CUT_BLOCKS] - at_start[:, CUT_BLOCKS]).astype(np.float64)
+    window_hits = (at_end[:, CUT_HITS] - at_start[:, CUT_HITS]).astype(np.float64)
     metrics = {
         "used_blocks": run.used_blocks[steps],
-        "evictions": bucket_sums(run.evictions, steps),
-        "hit_ratio_rolling": rolling_hit_ratio(run.hit_blocks, blocks, config.window_requests, at=steps),
+        "evictions": np.diff(at_end[:, CUT_EVICTIONS], prepend=0),
+        "hit_ratio_rolling": np.divide(window_hits, window_refs, out=np.zeros_like(window_refs),
+                                       where=window_refs > 0),
     }
     if config.capacity_blocks is not None:
         metrics["capacity_blocks"] = np.full(steps.shape[0], config.capacity_blocks)
     if config.track_orphans:
         metrics["orphaned_blocks"] = run.orphans[steps]
     metrics["hit_blocks"] = hit_blocks
-    metrics["miss_blocks"] = np.diff(flat.offsets[steps + 1], prepend=flat.offsets[0]) - hit_blocks
+    metrics["miss_blocks"] = np.diff(at_end[:, CUT_BLOCKS], prepend=0) - hit_blocks
     arrival = trace.frame["arrival_s"].to_numpy()
     return timeline_frame(steps, arrival[steps], SINGLE_TIER, metrics)
