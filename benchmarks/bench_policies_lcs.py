@@ -13,7 +13,8 @@ sides interleaved, best of 3 each. Hit ratios of each side are reported; they mu
 identical where the definitions match (LRU, FIFO, SIEVE, ARC, Belady — see the policies'
 module docstrings). Load average is recorded before and after.
 
-Targets (``met``): LRU kernel ≥ 10×, ARC and Belady kernels ≥ 3× libCacheSim at every size;
+Targets (``met``): LRU ≥ 10×, ARC and Belady ≥ 3× libCacheSim at every size through
+``kvlab.replay`` (the kernel alone with ``--no-replay``);
 identical hits where the definitions match; with ``--baseline`` (an earlier report of this
 benchmark), FIFO, S3-FIFO, SIEVE and LFU kernels no slower than there (10 % noise allowed).
 
@@ -108,7 +109,8 @@ def main() -> None:
                          else "  -  ")
                       + f"  libCacheSim {row['libcachesim_refs_per_s'] / 1e6:6.2f} M/s  hit {k_hit:.5f} vs "
                       f"{1.0 - miss:.5f}", flush=True)
-    met = {f"{r['policy']}_kernel_{r['num_objects']}": r["kernel_ratio"] >= TARGETS[r["policy"]]
+    column = "kernel_ratio" if args.no_replay else "replay_ratio"  # the issue's target is the user's call
+    met = {f"{r['policy']}_{column.removesuffix('_ratio')}_{r['num_objects']}": r[column] >= TARGETS[r["policy"]]
            for r in results if r["policy"] in TARGETS}
     met["exact_policies_agree"] = all(abs(r["hit_ratio_gap"]) < 1e-9 for r in results if r["definitions_match"])
     if args.baseline:

@@ -283,8 +283,7 @@ def _prefix_step(flat: FlatTrace, config: ReplayConfig, hits: np.ndarray, used: 
     state = get_policy(config.policy).make_state(flat, capacity)
     reverse = config.touch_order == "head_most_recent"
     independent = config.hit_semantics == "independent"
-    blocks = flat.blocks_per_request()
-    evicted = np.empty(max(int(blocks.max()) if blocks.size else 0, 1), dtype=np.int64)
+    evicted = np.empty(max(flat.max_blocks_per_request, 1), dtype=np.int64)
     tracker = make_orphan_tracker(flat.parent_ids() if config.track_orphans else np.zeros(0, np.int64),
                                   config.track_orphans)
     return lambda a, b: replay_range(flat.offsets, flat.block_ids, a, b, reverse, independent, state, evicted,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import polars as pl
@@ -55,6 +56,11 @@ class FlatTrace:
     def num_keys(self) -> int:
         """Number of distinct block keys."""
         return int(self.keys.shape[0])
+
+    @cached_property
+    def max_blocks_per_request(self) -> int:
+        """Most blocks of any request (0 for no request), computed once."""
+        return int(np.max(self.offsets[1:] - self.offsets[:-1], initial=0))
 
     def blocks_per_request(self) -> np.ndarray:
         """``int64[num_requests]``: number of blocks of each request."""
