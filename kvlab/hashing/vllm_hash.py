@@ -32,11 +32,13 @@ from kvlab.hashing.base import (
     u64_from_bytes_last8,
 )
 from kvlab.hashing.digests import DEFAULT_NONE_HASH_SEED, check_algo, hash_fn, none_hash
-from kvlab.hashing.vllm_cbor import chain_sha256_cbor
+from kvlab.hashing.vllm_cbor import chain_sha256_cbor, sha256_cbor_chain_array
 from kvlab.hashing.vllm_extra_keys import BlockExtraKeys, ExtraKey, event_extra_keys_of
-from kvlab.hashing.vllm_pickle import PICKLE_ALGOS, chain_without_extras
+from kvlab.hashing.vllm_pickle import PICKLE_ALGOS, chain_without_extras, sha256_chain_array
 
 _RANDOM_SEED_ALGOS = ("xxhash", "xxhash_cbor")
+#: The algos whose chains of blocks without extra keys a kernel returns as one array.
+_ARRAY_CHAINS = {"sha256": sha256_chain_array, "sha256_cbor": sha256_cbor_chain_array}
 #: The kvlab package directory: frames inside it are skipped when a warning names its caller.
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -170,6 +172,52 @@ class VllmHasher(BlockHasher):
         num_blocks = tokens.shape[0] // self.block_size
         blocks = tokens[:num_blocks * self.block_size].reshape(num_blocks, self.block_size)
         return self._chain(None, blocks, BlockExtraKeys(extras, self.block_size))
+
+    def block_hash_array(self, token_ids: Sequence[int] | np.ndarray,
+                         extras: RequestExtras | None = None) -> np.ndarray:
+        """:meth:`block_hashes` as one array, row ``i`` the bytes of hash ``i``.
+
+        Without extras under ``sha256`` and ``sha256_cbor`` the kernel's array is returned
+        as it is, with no Python object per block (the fastest form for many blocks);
+        ``bytes(row)`` (or ``row.tobytes()``) is vLLM's ``BlockHash`` value.
+
+        Args:
+            token_ids: ``int[n]`` token ids (``0 <= t < 2**64``).
+            extras: LoRA, MM items, cache salt, prompt embeddings (§1.5), or ``None``.
+
+        Returns:
+            ``uint8[n // block_size, digest_bytes]`` (32 for ``sha256*``, 16 for ``xxhash*``).
+
+        Raises:
+            ValueError: invalid token ids or extras, or an MM item ending after the prompt.
+
+        Example:
+            >>> hasher = VllmHasher(block_size=4)
+            >>> rows = hasher.block_hash_array(range(9))
+            >>> rows.shape, [bytes(row) for row in rows] == hasher.block_hashes(range(9))
+            ((2, 32), True)
+        """
+        tokens = _uint64_tokens(token_ids)
+        resolve_extras(extras, tokens.shape[0])
+        num_blocks = tokens.shape[0] // self.block_size
+        blocks = tokens[:num_blocks * self.block_size].reshape(num_blocks, self.block_size)
+        keys = BlockExtraKeys(extras, self.block_size)
+        if keys.always_none and self.algo in _ARRAY_CHAINS:
+            digests = _ARRAY_CHAINS[self.algo](self._none_hash, blocks)
+            if digests is not None:  # None without a SHA-256 engine: the list path below
+                return digests
+        hashes = self._chain(None, blocks, keys)
+        return np.frombuffer(bytearray(b"".join(hashes)), np.uint8).reshape(len(hashes), len(self._none_hash))
+
+    def block_keys(self, token_ids: Sequence[int] | np.ndarray, extras: RequestExtras | None = None) -> np.ndarray:
+        """``uint64[num_blocks]``: the KV-event id (:meth:`to_u64`) of every block hash,
+        read from :meth:`block_hash_array` without a Python object per block.
+
+        Raises:
+            ValueError: as :meth:`block_hash_array`.
+        """
+        digests = self.block_hash_array(token_ids, extras)
+        return np.ascontiguousarray(digests[:, -8:]).view(">u8").ravel().astype(np.uint64)
 
     def to_u64(self, block_hash: bytes) -> int:
         """vLLM's KV-event id of a hash: its last 8 bytes, big-endian

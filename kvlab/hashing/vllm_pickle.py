@@ -35,7 +35,8 @@ import numpy as np
 from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_choice, check_int
 from kvlab.hashing.digests import digester, hash_fn
-from kvlab.hashing.libcrypto import CTX_BYTES, load_u64, sha256_digest, sha256_functions, store_u64
+from kvlab.hashing.libcrypto import CTX_BYTES, store_u64
+from kvlab.hashing.sha_ni import engine_functions, pad_sha256, sha256_engine, sha256_spliced
 
 #: CPython's ``_pickle.c`` ``FRAME_SIZE_TARGET``: frames are split once they reach it.
 FRAME_SIZE_TARGET = 64 * 1024
@@ -134,20 +135,38 @@ def _write_pickles(blocks, parent_len, long_ints):  # noqa: ANN001, ANN202 - num
 _HEAD = 13
 
 
+#: Blocks whose token words :func:`_binint_words` writes at a time (they stay in L1).
+_WORD_BLOCKS = 64
+
+
 @kernel_jit(nogil=True)
-def _write_suffix_wide(base, p, row):  # noqa: ANN001, ANN202 - numba helper
-    """:func:`_write_suffix` for tokens below ``2**31`` at address ``base + p``, one 8-byte
-    store per token (opcode and value; the next store overwrites the excess), so the
-    buffer needs 8 bytes of slack. Returns the end offset."""
-    block_size = row.shape[0]
+def _binint_words(tokens, start, words):  # noqa: ANN001, ANN202 - numba helper
+    """The pickle of each token (all below ``2**31``) of ``tokens[start:start + len(words)]``
+    as one ``uint64`` into ``words``: opcode (BININT1/2/BININT), value little-endian, and its
+    length (2, 3 or 5 bytes) in the top byte. No dependency between tokens: LLVM vectorises it."""
+    n = min(words.shape[0], tokens.shape[0] - start)
+    chunk = tokens[start:start + n]
+    for i in range(n):
+        v = np.uint64(chunk[i])
+        two = np.uint64(v > np.uint64(255))
+        four = np.uint64(v > np.uint64(65535))
+        opcode = np.uint64(0x4B) + (two << np.uint64(1)) - four * np.uint64(3)  # 0x4b, 0x4d, 0x4a
+        length = np.uint64(2) + two + (four << np.uint64(1))  # 2, 3, 5
+        words[i] = opcode | (v << np.uint64(8)) | (length << np.uint64(56))
+
+
+@kernel_jit(nogil=True)
+def _write_words(base, p, words, start, block_size):  # noqa: ANN001, ANN202 - numba helper
+    """:func:`_write_suffix` for tokens below ``2**31`` at address ``base + p`` from their
+    :func:`_binint_words` (``words[start:start + block_size]``): one 8-byte store per token,
+    the next store overwriting the excess, so the buffer needs 8 bytes of slack. Returns
+    the end offset."""
     store_u64(base + np.uint64(p), np.uint64(0x2894))  # MEMOIZE the parent, MARK
     p += 1 if block_size <= 3 else 2
     for i in range(block_size):
-        v = np.uint64(row[i])
-        c = np.uint64(v >= np.uint64(256)) + np.uint64(v >= np.uint64(65536))
-        opcode = np.uint64(0x4B) + np.uint64(2) * c - np.uint64(5) * (c >> np.uint64(1))  # 0x4b, 0x4d, 0x4a
-        store_u64(base + np.uint64(p), opcode | (v << np.uint64(8)))
-        p += 2 + np.int64(c) + np.int64(c >> np.uint64(1))
+        w = words[start + i]
+        store_u64(base + np.uint64(p), w)
+        p += np.int64(w >> np.uint64(56))
     tuple_op = 0x74 if block_size > 3 else 0x84 + block_size  # TUPLE / TUPLE1-3
     # TUPLE, MEMOIZE, NONE, TUPLE3, MEMOIZE, STOP
     store_u64(base + np.uint64(p), np.uint64(tuple_op) | np.uint64(0x2E94874E9400))
@@ -156,41 +175,46 @@ def _write_suffix_wide(base, p, row):  # noqa: ANN001, ANN202 - numba helper
 
 @kernel_jit(nogil=True)
 def _sha256_chain(blocks, parent, long_ints, functions):  # noqa: ANN001, ANN202 - numba kernel
-    """Chained sha256 of the blocks' pickles after ``parent`` (``uint8[32]``) through
-    libcrypto: ``(digests uint8[n, 32], num_done)``; ``num_done < n`` when block
-    ``num_done`` needs a second FRAME (its digest and the later ones not written).
+    """Chained sha256 of the blocks' pickles after ``parent`` (``uint8[32]``):
+    ``(digests uint8[n, 32], num_done)``; ``num_done < n`` when block ``num_done`` needs a
+    second FRAME (its digest and the later ones not written). ``functions``: the SHA-256
+    engine of :func:`~kvlab.hashing.sha_ni.sha256_spliced`.
 
-    Two buffers take turns: block ``b + 1``'s tokens are written while the CPU is still
-    finishing block ``b``'s SHA-256 (they do not depend on it), then its parent is copied in.
+    Two buffers take turns: block ``b``'s pickle (its FRAME length and SHA-256 padding
+    too) is written before block ``b - 1`` is hashed (it does not depend on it), so the CPU
+    overlaps them; the parent is spliced in from the previous digest. (Written inline: a
+    helper taking the arrays costs as much as the pickling.)
     """
     num_blocks, block_size = blocks.shape
-    size = _HEAD + 32 + 8 + 11 * block_size + 16
+    size = (_HEAD + 32 + 8 + 11 * block_size + 16 + 72) // 64 * 64 + 64
     bufs = np.zeros((2, size), np.uint8)
     ctx = np.zeros(CTX_BYTES, np.uint8)
-    digests = np.empty((num_blocks, 32), np.uint8)
+    digests = np.empty((num_blocks + 1, 32), np.uint8)  # row 0: the parent
+    words = np.empty(_WORD_BLOCKS * block_size, np.uint64)
+    tokens = blocks.reshape(-1)
+    digests[0] = parent
     for k in range(2):
         bufs[k, 0], bufs[k, 1], bufs[k, 2], bufs[k, 11], bufs[k, 12] = 0x80, 0x05, 0x95, 0x43, 32
-    bufs[0, _HEAD:_HEAD + 32] = parent
-    bases = (np.uint64(bufs.ctypes.data), np.uint64(bufs.ctypes.data) + np.uint64(size))
-    c, out = np.uint64(ctx.ctypes.data), np.uint64(digests.ctypes.data)
-    end = 0
-    if num_blocks:
-        end = (_write_suffix_wide(bases[0], _HEAD + 32, blocks[0]) if long_ints is None
-               else _write_suffix(bufs[0], _HEAD + 32, blocks[0], long_ints))
-    for b in range(num_blocks):
-        base, following = bases[b & 1], bases[(b + 1) & 1]
-        frame = end - 11
-        if frame >= FRAME_SIZE_TARGET:
-            return digests, b
-        store_u64(base + np.uint64(3), np.uint64(frame))
-        digest = out + np.uint64(32 * b)
-        sha256_digest(functions, c, base, end, digest)
-        if b + 1 < num_blocks:
-            end = (_write_suffix_wide(following, _HEAD + 32, blocks[b + 1]) if long_ints is None
-                   else _write_suffix(bufs[(b + 1) & 1], _HEAD + 32, blocks[b + 1], long_ints))
-            for k in range(4):
-                store_u64(following + np.uint64(_HEAD + 8 * k), load_u64(digest + np.uint64(8 * k)))
-    return digests, num_blocks
+    first, c, out = np.uint64(bufs.ctypes.data), np.uint64(ctx.ctypes.data), np.uint64(digests.ctypes.data)
+    end = chunks = following_end = following_chunks = 0
+    for b in range(num_blocks + 1):
+        if b < num_blocks:  # block b's bytes
+            base = first + np.uint64((b & 1) * size)
+            if long_ints is None:
+                if b % _WORD_BLOCKS == 0:
+                    _binint_words(tokens, b * block_size, words)
+                following_end = _write_words(base, _HEAD + 32, words, (b % _WORD_BLOCKS) * block_size, block_size)
+            else:
+                following_end = _write_suffix(bufs[b & 1], _HEAD + 32, blocks[b], long_ints)
+            store_u64(base + np.uint64(3), np.uint64(following_end - 11))  # FRAME: bytes after its header
+            following_chunks = pad_sha256(base, following_end)
+        if b > 0:  # block b - 1's digest
+            if end - 11 >= FRAME_SIZE_TARGET:
+                return digests[1:], b - 1
+            sha256_spliced(functions, c, first + np.uint64(((b - 1) & 1) * size), end, chunks,
+                           out + np.uint64(32 * (b - 1)), out + np.uint64(32 * b), _HEAD)
+        end, chunks = following_end, following_chunks
+    return digests[1:], num_blocks
 
 
 @lru_cache(maxsize=8)
@@ -268,9 +292,10 @@ def chain_without_extras(algo: str, parent: bytes, blocks: np.ndarray) -> list[b
         '52a7f141c60918f6'
     """
     check_choice("algo", algo, PICKLE_ALGOS)  # the pickle-based ones
-    functions = sha256_functions() if algo == "sha256" and len(parent) == 32 else None
-    if functions is not None:
-        return _chain_libcrypto(parent, blocks, functions)
+    if algo == "sha256" and len(parent) == 32:
+        digests = sha256_chain_array(parent, blocks)
+        if digests is not None:
+            return digest_list(digests)
     sha256, digest, hash_obj = hashlib.sha256, digester(algo), hash_fn(algo)
     hashes: list[bytes] = []
     h = parent
@@ -286,28 +311,59 @@ def chain_without_extras(algo: str, parent: bytes, blocks: np.ndarray) -> list[b
     return hashes
 
 
-def _chain_libcrypto(parent: bytes, blocks: np.ndarray, functions: np.ndarray) -> list[bytes]:
-    """:func:`chain_without_extras` for sha256, whole chain in one kernel call (a block
-    needing a second FRAME is pickled by ``pickle`` itself)."""
-    hash_obj, blocks = hash_fn("sha256"), np.ascontiguousarray(blocks)
+def sha256_chain_array(parent: bytes, blocks: np.ndarray) -> np.ndarray | None:
+    """Chained vLLM ``sha256`` block hashes of blocks without extra keys, as one array.
+
+    Row ``i`` is ``sha256(pickle.dumps((h_{i-1}, tuple(blocks[i]), None), protocol=5))``
+    with ``h_{-1} = parent`` (vLLM 0.33 ``hash_block_tokens``, docs/specs/hashing.md §1.4),
+    the whole chain written and hashed in one kernel call (a block needing a second FRAME
+    is pickled by ``pickle`` itself).
+
+    Args:
+        parent: the previous block's 32-byte hash, or NONE_HASH for the first block.
+        blocks: ``uint64[num_blocks, block_size]`` token ids.
+
+    Returns:
+        ``uint8[num_blocks, 32]``; ``None`` when no SHA-256 engine is available
+        (:func:`~kvlab.hashing.sha_ni.sha256_engine`: the caller hashes with ``hashlib``).
+
+    Raises:
+        ValueError: ``parent`` not 32 bytes, or ``blocks`` not a 2-D ``uint64`` array.
+
+    Example:
+        >>> root = hash_fn("sha256")("vllm-none-hash")
+        >>> out = sha256_chain_array(root, np.array([[1, 2, 3, 4]], np.uint64))
+        >>> out is None or out[0].tobytes().hex()[:16] == '52a7f141c60918f6'
+        True
+    """
+    if not isinstance(parent, bytes) or len(parent) != 32:
+        raise ValueError(f"parent must be a 32-byte sha256 digest, got {parent!r}")
+    if not isinstance(blocks, np.ndarray) or blocks.dtype != np.uint64 or blocks.ndim != 2:
+        raise ValueError(f"blocks must be a uint64[num_blocks, block_size] array, got "
+                         f"{getattr(blocks, 'dtype', type(blocks).__name__)} {getattr(blocks, 'shape', '')}")
+    engine = sha256_engine()
+    if engine is None:
+        return None
+    functions, hash_obj, blocks = engine_functions(engine), hash_fn("sha256"), np.ascontiguousarray(blocks)
     long_ints = True if blocks.size and int(blocks.max()) >= _LONG1_FROM else None
-    hashes: list[bytes] = []
-    h, a = parent, 0
+    out = np.empty((blocks.shape[0], 32), np.uint8)
+    h, a = np.frombuffer(parent, np.uint8), 0
     while a < blocks.shape[0]:
-        digests, done = _sha256_chain(blocks[a:], np.frombuffer(h, np.uint8), long_ints, functions)
-        hashes += digest_list(digests[:done])
-        h = hashes[-1] if hashes else parent
+        digests, done = _sha256_chain(blocks[a:], h, long_ints, functions)
+        out[a:a + done] = digests[:done]
         a += done
-        if a < blocks.shape[0]:
-            hashes.append(h := hash_obj((h, tuple(blocks[a].tolist()), None)))
+        h = out[a - 1] if a else h
+        if a < blocks.shape[0]:  # a pickle of two frames: let pickle write it
+            out[a] = h = np.frombuffer(hash_obj((h.tobytes(), tuple(blocks[a].tolist()), None)), np.uint8)
             a += 1
-    return hashes
+    return out
 
 
 def digest_list(digests: np.ndarray) -> list[bytes]:
-    """The rows of ``uint8[n, 32]`` as bytes: numpy's ``S32`` items (fast) drop trailing
-    zero bytes, so rows ending in 0x00 are taken whole."""
-    out = digests.view("S32").ravel().tolist()
+    """The rows of ``uint8[n, w]`` as ``w``-byte ``bytes``: numpy's ``S<w>`` items (fast)
+    drop trailing zero bytes, so rows ending in 0x00 get theirs back."""
+    width = digests.shape[1]
+    out = digests.view(f"S{width}").ravel().tolist()
     for i in np.flatnonzero(digests[:, -1] == 0).tolist():
-        out[i] = digests[i].tobytes()
+        out[i] = out[i].ljust(width, b"\0")
     return out
