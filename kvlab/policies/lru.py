@@ -140,7 +140,7 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
     first = np.int64(links[np.uint64(2 * sentinel + 1)])
     num_evicted = 0
     for j in range(stop - start):
-        k = np.int64(block_ids[stop - 1 - j] if reverse else block_ids[start + j])
+        k = np.int64(block_ids[np.uint64(stop - 1 - j if reverse else start + j)])
         first, used, num_evicted, _ = _step(links, sentinel, first, used, capacity, k, evicted, num_evicted)
     counters[0] = used
     return num_evicted
