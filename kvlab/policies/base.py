@@ -30,6 +30,16 @@ hook          signature                                                     does
 ``used``      ``(state) -> int`` (default: ``counters[0]``)                 resident blocks
 ============  ===========================================================  ====================
 
+With ``hit_semantics="independent"`` and no orphan tracking, the driver hands the whole
+request range to one more hook, ``replay_independent(state, offsets, block_ids, start, stop,
+reverse, evicted, hit_blocks, used_blocks, evictions) -> None``: for each request ``r`` of
+``start .. stop - 1``, each of its blocks in touch order looked up and then accessed on its
+own, ``hit_blocks[r]`` = blocks resident at their lookup, ``evictions[r]`` = blocks evicted,
+``used_blocks[r]`` = resident blocks after it. The default (:func:`replay_each_block`) is
+``contains`` then a one-block ``access`` per block (:func:`each_block`); a policy whose
+``access`` does the lookup anyway (LRU) registers its own loop, which keeps its state in
+registers across requests instead of reloading it per block.
+
 The tiered replay (:mod:`kvlab.tiers.driver`), where the tier and not the policy decides when
 to evict, uses four more — the numba counterparts of the reference's ``access`` on a resident
 block, ``access`` of a new block into a cache that is not full, ``evict()`` and ``remove()``:
@@ -84,6 +94,7 @@ from numba import types
 from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import overload
 
+from kvlab.core.jit import kernel_jit
 from kvlab.traces.flat import FlatTrace
 
 
@@ -159,6 +170,7 @@ class KernelHooks(NamedTuple):
     contains: Callable[..., bool]
     access: Callable[..., int]
     used: Callable[..., int]
+    replay_independent: Callable[..., None]
     touch: Callable[..., None] | None = None
     insert: Callable[..., None] | None = None
     evict: Callable[..., int] | None = None
@@ -178,6 +190,40 @@ def kernel_access(state: NamedTuple, block_ids: np.ndarray, start: int, stop: in
     """Generic hook: touch or insert one request's blocks; victims go to ``evicted``;
     returns their number."""
     return _HOOKS[type(state)].access(state, block_ids, start, stop, reverse, evicted)
+
+
+def kernel_replay_independent(state: NamedTuple, offsets: np.ndarray, block_ids: np.ndarray, start: int, stop: int,
+                              reverse: bool, evicted: np.ndarray, hit_blocks: np.ndarray, used_blocks: np.ndarray,
+                              evictions: np.ndarray) -> None:
+    """Generic hook: replay requests ``start .. stop - 1`` with independent lookups, writing
+    their ``hit_blocks``, ``used_blocks`` and ``evictions`` (see the module docstring)."""
+    _HOOKS[type(state)].replay_independent(state, offsets, block_ids, start, stop, reverse, evicted, hit_blocks,
+                                           used_blocks, evictions)
+
+
+@kernel_jit(inline="always")
+def each_block(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001, ANN201 - numba helper
+    """One request with independent lookups through the generic hooks: ``contains``, then a
+    one-block ``access``, per block in touch order (from ``stop - 1`` down when
+    ``reverse``); returns (blocks resident at their lookup, blocks evicted)."""
+    hits = 0
+    num_evicted = 0
+    for j in range(stop - start):
+        i = stop - 1 - j if reverse else start + j
+        if kernel_contains(state, block_ids[i]):
+            hits += 1
+        num_evicted += kernel_access(state, block_ids, i, i + 1, False, evicted[num_evicted:])
+    return hits, num_evicted
+
+
+def replay_each_block(state, offsets, block_ids, start, stop, reverse, evicted, hit_blocks, used_blocks,  # noqa: ANN001, ANN201, PLR0913
+                      evictions):  # noqa: ANN001 - numba hook
+    """The default ``replay_independent`` hook: :func:`each_block` per request."""
+    for r in range(start, stop):
+        h, ev = each_block(state, block_ids, offsets[r], offsets[r + 1], reverse, evicted)
+        hit_blocks[r] = h
+        evictions[r] = ev
+        used_blocks[r] = kernel_used(state)
 
 
 def kernel_used(state: NamedTuple) -> int:
@@ -227,7 +273,9 @@ def counters_used(state):  # noqa: ANN001, ANN201 - numba hook
 
 
 def register_kernel(state_class: type, *, contains: Callable[..., bool], access: Callable[..., int],
-                    used: Callable[..., int] = counters_used, touch: Callable[..., None] | None = None,
+                    used: Callable[..., int] = counters_used,
+                    replay_independent: Callable[..., None] = replay_each_block,
+                    touch: Callable[..., None] | None = None,
                     insert: Callable[..., None] | None = None, evict: Callable[..., int] | None = None,
                     remove: Callable[..., bool] | None = None) -> None:
     """Register a policy's kernel hooks for its state ``NamedTuple`` class.
@@ -235,7 +283,9 @@ def register_kernel(state_class: type, *, contains: Callable[..., bool], access:
     The hooks must be numba-compilable plain functions with exactly the parameter names
     of the module docstring's tables: ``(state, block_id)`` for ``contains``, ``touch``,
     ``insert`` and ``remove``, ``(state, block_ids, start, stop, reverse, evicted)`` for
-    ``access``, ``(state)`` for ``used`` (default :func:`counters_used`) and ``evict``. They
+    ``access``, ``(state, offsets, block_ids, start, stop, reverse, evicted, hit_blocks,
+    used_blocks, evictions)`` for ``replay_independent`` (default :func:`replay_each_block`),
+    ``(state)`` for ``used`` (default :func:`counters_used`) and ``evict``. They
     are compiled into a driver when it sees a state of this class; without JIT
     (``NUMBA_DISABLE_JIT=1``) they run as Python. The four tier hooks come together or
     not at all.
@@ -250,7 +300,7 @@ def register_kernel(state_class: type, *, contains: Callable[..., bool], access:
     if any(h is None for h in tier.values()) and any(h is not None for h in tier.values()):
         missing = [name for name, h in tier.items() if h is None]
         raise ValueError(f"{state_class.__name__}: the tier hooks come together; missing {missing}")
-    _HOOKS[state_class] = KernelHooks(contains, access, used, touch, insert, evict, remove)
+    _HOOKS[state_class] = KernelHooks(contains, access, used, replay_independent, touch, insert, evict, remove)
 
     def is_mine(state: types.Type) -> bool:
         return isinstance(state, types.BaseNamedTuple) and state.instance_class is state_class
@@ -264,6 +314,12 @@ def register_kernel(state_class: type, *, contains: Callable[..., bool], access:
     def _access(state, block_ids, start, stop, reverse, evicted):  # noqa: ANN001, ANN202, ARG001 - numba typing signature
         if is_mine(state):
             return access
+
+    @overload(kernel_replay_independent, inline="always")
+    def _replay_independent(state, offsets, block_ids, start, stop, reverse, evicted, hit_blocks, used_blocks,  # noqa: ANN001, ANN202, ARG001, PLR0913 - numba typing signature
+                            evictions):  # noqa: ANN001, ARG001
+        if is_mine(state):
+            return replay_independent
 
     @overload(kernel_used, inline="always")
     def _used(state):  # noqa: ANN001, ANN202, ARG001 - numba typing signature

@@ -1,9 +1,17 @@
 """LRU: evict the least recently used block.
 
 The reference is an ``OrderedDict``; the kernel keeps an intrusive doubly linked list
-over dense block ids (arrays ``prev``/``next`` with a sentinel at index ``num_keys``),
-the same O(1) structure as vLLM v1's ``FreeKVCacheBlockQueue``; the two link arrays are
-interleaved (one cache line per block) and ``prev = -1`` marks a block not resident.
+over dense block ids with a sentinel at index ``num_keys``, the same O(1) structure as
+vLLM v1's ``FreeKVCacheBlockQueue``, in one interleaved array (``links[2k]`` = prev,
+``links[2k + 1]`` = next: one cache line per block; ``prev = -1`` marks a block not
+resident; :mod:`kvlab.policies.structs`).
+
+The replay loop is branch-free once the cache is full: a hit unlinks the block, a miss
+unlinks the least recent block (the victim), and either way the block is pushed back as
+the most recent; which of the two is unlinked is chosen arithmetically from the block's
+``prev`` sign, and the list's head (the next victim) is kept in a register. On a random
+mix of hits and misses a branch on hit/miss is mispredicted about half the time, which
+cost more than the list operations themselves (``benchmarks/README.md``).
 """
 
 from __future__ import annotations
@@ -13,9 +21,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_count
 from kvlab.policies.base import PolicySpec, register_kernel
-from kvlab.policies.structs import list_pop_front, list_push_back, list_unlink
+from kvlab.policies.structs import links_push_back, links_unlink
 from kvlab.traces.flat import FlatTrace
 
 
@@ -80,15 +89,12 @@ class LRU:
 
 
 class LRUState(NamedTuple):
-    """Kernel state: ``prev``/``next`` links (``int32[num_keys + 1]``, index ``num_keys`` is
-    the sentinel: ``next[sentinel]`` = least recent, ``prev[sentinel]`` = most recent) and
-    ``counters`` (``int64[2]``: used, capacity). ``prev`` and ``next`` are the even and odd
-    halves of one interleaved array, so a block's two links share a cache line; ``prev[k]``
-    is ``-1`` when block ``k`` is not resident (a resident block's ``prev`` is a block or
-    the sentinel)."""
+    """Kernel state: ``links`` (``int32[2 * (num_keys + 1)]``: ``links[2k]`` is block ``k``'s
+    prev, ``-1`` when it is not resident, ``links[2k + 1]`` its next; entry ``num_keys`` is
+    the sentinel, whose next is the least and prev the most recent block) and ``counters``
+    (``int64[2]``: used, capacity)."""
 
-    prev: np.ndarray
-    next: np.ndarray
+    links: np.ndarray
     counters: np.ndarray
 
 
@@ -97,68 +103,107 @@ def make_state(flat: FlatTrace, capacity_blocks: int) -> LRUState:
     n = flat.num_keys
     links = np.full(2 * (n + 1), -1, dtype=np.int32)
     links[2 * n] = links[2 * n + 1] = n  # the empty list: the sentinel links to itself
-    return LRUState(links[0::2], links[1::2], np.array([0, capacity_blocks], dtype=np.int64))
+    return LRUState(links, np.array([0, capacity_blocks], dtype=np.int64))
 
 
 def contains(state, block_id) -> bool:  # noqa: ANN001 - numba hook
-    return state.prev[block_id] >= 0
+    return state.links[np.uint64(2 * block_id)] >= 0
+
+
+@kernel_jit(inline="always")
+def _step(links, sentinel, first, used, capacity, k, evicted, num_evicted):  # noqa: ANN001, ANN202, PLR0913
+    """Look up and access block ``k`` in a cache with ``capacity >= 1``; returns the new
+    ``first`` (the least recent block), ``used`` and ``num_evicted``, and whether ``k`` was
+    resident. Without a branch on hit or miss once the cache is full."""
+    miss = np.int64(links[np.uint64(2 * k)]) >> 63  # -1: not resident, 0: resident
+    if used < capacity and miss != 0:  # room: insert (only until the cache first fills)
+        links_push_back(links, sentinel, k)
+        return np.int64(links[np.uint64(2 * sentinel + 1)]), used + 1, num_evicted, 0
+    u = k ^ ((k ^ first) & miss)  # a hit unlinks k, a miss the least recent block
+    was_first = -np.int64(links[np.uint64(2 * u)] == sentinel)
+    q = links_unlink(links, u)
+    links[np.uint64(2 * u)] = -1
+    first ^= (first ^ q) & was_first  # u's successor is the least recent now
+    evicted[num_evicted] = u  # kept only on a miss (the caller's room: one per block)
+    links_push_back(links, sentinel, k)
+    if first == sentinel:  # the list was emptied (capacity 1): k is the least recent
+        first = k
+    return first, used, num_evicted - miss, 1 + miss
 
 
 def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN001 - numba hook
-    prev, nxt, counters = state.prev, state.next, state.counters
-    sentinel = prev.shape[0] - 1
-    capacity = counters[1]
-    used = counters[0]
+    links, counters = state.links, state.counters
+    used, capacity = counters[0], counters[1]
+    if capacity == 0:
+        return 0
+    sentinel = np.int64(links.shape[0] // 2 - 1)
+    first = np.int64(links[np.uint64(2 * sentinel + 1)])
     num_evicted = 0
     for j in range(stop - start):
-        block_id = block_ids[stop - 1 - j] if reverse else block_ids[start + j]
-        if prev[block_id] >= 0:  # resident: unlink, to be pushed back as most recent
-            list_unlink(prev, nxt, block_id)
-        elif capacity == 0:
-            continue
-        else:
-            if used >= capacity:  # evict the least recent (the sentinel's next)
-                victim = list_pop_front(prev, nxt, sentinel)
-                prev[victim] = -1
-                used -= 1
-                evicted[num_evicted] = victim
-                num_evicted += 1
-            used += 1
-        list_push_back(prev, nxt, sentinel, block_id)
+        k = np.int64(block_ids[np.uint64(stop - 1 - j if reverse else start + j)])
+        first, used, num_evicted, _ = _step(links, sentinel, first, used, capacity, k, evicted, num_evicted)
     counters[0] = used
     return num_evicted
 
 
+def replay_independent(state, offsets, block_ids, start, stop, reverse, evicted, hit_blocks,  # noqa: ANN001, PLR0913
+                       used_blocks, evictions) -> None:  # noqa: ANN001 - numba hook
+    # LRU's access does the lookup: one loop over the requests, the list's head in a register
+    links, counters = state.links, state.counters
+    used, capacity = counters[0], counters[1]
+    sentinel = np.int64(links.shape[0] // 2 - 1)
+    first = np.int64(links[np.uint64(2 * sentinel + 1)])
+    for r in range(start, stop):
+        a = offsets[r]
+        b = offsets[r + 1]
+        hits = 0
+        num_evicted = 0
+        if capacity > 0:
+            for j in range(b - a):
+                k = np.int64(block_ids[np.uint64(b - 1 - j if reverse else a + j)])
+                first, used, num_evicted, hit = _step(links, sentinel, first, used, capacity, k, evicted,
+                                                      num_evicted)
+                hits += hit
+        hit_blocks[r] = hits
+        evictions[r] = num_evicted
+        used_blocks[r] = used
+    counters[0] = used
+
+
 def touch(state, block_id) -> None:  # noqa: ANN001 - numba hook
-    list_unlink(state.prev, state.next, block_id)
-    list_push_back(state.prev, state.next, state.prev.shape[0] - 1, block_id)
+    links = state.links
+    links_unlink(links, block_id)
+    links_push_back(links, links.shape[0] // 2 - 1, block_id)
 
 
 def insert(state, block_id) -> None:  # noqa: ANN001 - numba hook
     state.counters[0] += 1
-    list_push_back(state.prev, state.next, state.prev.shape[0] - 1, block_id)
+    links_push_back(state.links, state.links.shape[0] // 2 - 1, block_id)
 
 
 def evict(state) -> int:  # noqa: ANN001 - numba hook
     if state.counters[0] == 0:
         return -1
-    victim = list_pop_front(state.prev, state.next, state.prev.shape[0] - 1)
-    state.prev[victim] = -1
+    links = state.links
+    victim = links[np.uint64(links.shape[0] - 1)]  # the sentinel's next
+    links_unlink(links, victim)
+    links[np.uint64(2 * victim)] = -1
     state.counters[0] -= 1
     return victim
 
 
 def remove(state, block_id) -> bool:  # noqa: ANN001 - numba hook
-    if state.prev[block_id] < 0:
+    links = state.links
+    if links[np.uint64(2 * block_id)] < 0:
         return False
-    list_unlink(state.prev, state.next, block_id)
-    state.prev[block_id] = -1
+    links_unlink(links, block_id)
+    links[np.uint64(2 * block_id)] = -1
     state.counters[0] -= 1
     return True
 
 
-register_kernel(LRUState, contains=contains, access=access, touch=touch, insert=insert, evict=evict,
-                remove=remove)
+register_kernel(LRUState, contains=contains, access=access, replay_independent=replay_independent, touch=touch,
+                insert=insert, evict=evict, remove=remove)
 
 SPEC = PolicySpec(
     name="lru",

@@ -9,6 +9,13 @@ four lists), each with its own sentinel (:func:`make_lists` puts them after the 
 entries). Every operation is O(1) and never checks membership: unlinking an entry that is
 not on a list corrupts the lists. vLLM v1's ``FreeKVCacheBlockQueue`` is the same structure.
 
+**One list in one array.** A policy with a single list (LRU) keeps it in one contiguous
+interleaved array ``links`` (``links[2 * k]`` = prev of ``k``, ``links[2 * k + 1]`` = next),
+indexed with unsigned integers: numba then emits neither a stride multiplication (the
+``prev``/``next`` views of :func:`make_lists` are strided) nor a negative-index wrap-around
+per access, which made LRU's replay 1.2–1.5× faster (``benchmarks/README.md``). Same rules
+as above; :func:`links_unlink` and :func:`links_push_back` are the two operations.
+
 **Heaps.** ``heap`` holds ids in slots ``0 .. size - 1`` (a binary heap: the root, slot 0,
 is the first in the order), ``slot[id]`` is an id's slot (the caller keeps ``-1`` for ids
 not in the heap, when it needs to know), and ``less(data, a, b)`` — a numba function
@@ -84,6 +91,28 @@ def list_pop_front(prev, nxt, sentinel):  # noqa: ANN001, ANN201
     nxt[sentinel] = q
     prev[q] = sentinel
     return k
+
+
+@kernel_jit(inline="always")
+def links_unlink(links, k):  # noqa: ANN001, ANN201
+    """Take entry ``k`` out of the list of the interleaved ``links`` (its own links are left
+    stale); returns its successor (an entry or the sentinel)."""
+    p = np.int64(links[np.uint64(2 * k)])
+    q = np.int64(links[np.uint64(2 * k + 1)])
+    links[np.uint64(2 * p + 1)] = q
+    links[np.uint64(2 * q)] = p
+    return q
+
+
+@kernel_jit(inline="always")
+def links_push_back(links, sentinel, k):  # noqa: ANN001, ANN201
+    """Append entry ``k`` as the last (newest) of the list of the interleaved ``links``
+    headed by ``sentinel``."""
+    last = np.int64(links[np.uint64(2 * sentinel)])
+    links[np.uint64(2 * last + 1)] = k
+    links[np.uint64(2 * k)] = last
+    links[np.uint64(2 * k + 1)] = sentinel
+    links[np.uint64(2 * sentinel)] = k
 
 
 @kernel_jit(inline="always")

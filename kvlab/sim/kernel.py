@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvlab.core.jit import kernel_jit
-from kvlab.policies.base import kernel_access, kernel_contains, kernel_used
+from kvlab.policies.base import each_block, kernel_access, kernel_contains, kernel_replay_independent, kernel_used
 
 
 def make_orphan_tracker(parents: np.ndarray, enabled: bool) -> tuple[np.ndarray, ...]:
@@ -85,17 +85,17 @@ def replay_range(offsets: np.ndarray, block_ids: np.ndarray, start: int, stop: i
             orphaned resident blocks after it (0 when not tracked).
     """
     track = shadow.shape[0] > 0
+    if independent and not track:  # the policy's own loop over the requests
+        kernel_replay_independent(state, offsets, block_ids, start, stop, reverse, evicted, hit_blocks, used_blocks,
+                                  evictions)
+        return
     for r in range(start, stop):
         a = offsets[r]
         b = offsets[r + 1]
         h = 0
         ev = 0
         if independent:  # each block looked up, then accessed on its own
-            for j in range(b - a):
-                i = b - 1 - j if reverse else a + j
-                if kernel_contains(state, block_ids[i]):
-                    h += 1
-                ev += kernel_access(state, block_ids, i, i + 1, False, evicted[ev:])
+            h, ev = each_block(state, block_ids, a, b, reverse, evicted)
         else:
             while a + h < b and kernel_contains(state, block_ids[a + h]):
                 h += 1
