@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 
 from kvlab.core.validate import check_flag, check_positive, check_str
-from kvlab.traces.trace import Trace
+from kvlab.traces.trace import Trace, trusted_trace
 
 
 def trace_from_arrays(block_keys: object, *, offsets: object = None, arrival_s: object = None,
@@ -62,21 +62,15 @@ def trace_from_arrays(block_keys: object, *, offsets: object = None, arrival_s: 
     keys = _int_array("block_keys", block_keys).astype(np.uint64, copy=False)
     if offsets is None:
         num_requests = keys.shape[0]
+        offsets = np.arange(num_requests + 1, dtype=np.int64)
+        blocks = np.broadcast_to(np.int64(1), (num_requests,))  # no array of ones
         default_tokens = np.full(num_requests, block_size, dtype=np.uint32 if block_size < 2**32 else np.int64)
-        column = pl.Series("block_keys", keys).reshape((num_requests, 1)).cast(pl.List(pl.UInt64))
     else:
-        offsets = _int_array("offsets", offsets).astype(np.int64, copy=False)
+        offsets = np.array(_int_array("offsets", offsets), dtype=np.int64)  # a copy: the flat form's own
         _check_offsets(offsets, keys.shape[0])
         num_requests = offsets.shape[0] - 1
-        if num_requests == 0:
-            raise ValueError("a trace needs at least one request; block_keys/offsets describe none")
         blocks = np.diff(offsets)
         default_tokens = blocks * block_size
-        starts = pl.Series("start", offsets[:-1])
-        column = (pl.DataFrame({"start": starts, "len": pl.Series(blocks)})
-                  .select(pl.lit(pl.Series(keys)).implode().list.slice(pl.col("start"), pl.col("len"))
-                          .alias("block_keys"))
-                  .to_series())
     if num_requests == 0:
         raise ValueError("a trace needs at least one request; block_keys/offsets describe none")
     frame = pl.DataFrame({
@@ -84,9 +78,25 @@ def trace_from_arrays(block_keys: object, *, offsets: object = None, arrival_s: 
         "arrival_s": _times(arrival_s, num_requests),
         "input_tokens": _column("input_tokens", input_tokens, num_requests, default_tokens),
         "output_tokens": _column("output_tokens", output_tokens, num_requests, np.zeros(num_requests, np.uint32)),
-        "block_keys": column,
+        "block_keys": _list_column(keys, offsets, blocks),
     })
-    return Trace(frame, block_size=block_size, source=source, partial_block_keyed=partial_block_keyed)
+    # the columns made here hold their row invariants by construction: only given ones are checked
+    trusted = [name for name, given in (("request_id", request_id), ("arrival_s", arrival_s),
+                                        ("block_keys", input_tokens)) if given is None]
+    return trusted_trace(frame, block_size, source, partial_block_keyed, trusted=trusted, lengths=blocks,
+                         csr=(offsets, keys))
+
+
+def _list_column(keys: np.ndarray, offsets: np.ndarray, blocks: np.ndarray) -> pl.Series:
+    """The ``block_keys`` column of CSR keys: ``keys`` reshaped when every request has as many
+    blocks (≥ 1; no per-row work), else sliced per row by polars."""
+    num_requests = blocks.shape[0]
+    width = int(blocks[0])
+    if width and (blocks.strides == (0,) or (blocks == width).all()):
+        return pl.Series("block_keys", keys).reshape((num_requests, width)).cast(pl.List(pl.UInt64))
+    return (pl.DataFrame({"start": pl.Series(offsets[:-1]), "len": pl.Series(blocks)})
+            .select(pl.lit(pl.Series(keys)).implode().list.slice(pl.col("start"), pl.col("len")).alias("block_keys"))
+            .to_series())
 
 
 def _int_array(name: str, values: object) -> np.ndarray:
