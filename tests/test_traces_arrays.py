@@ -50,7 +50,8 @@ def test_direct_table_and_hash_map_agree(low: int, offsets: list[int]) -> None:
     # keys within a narrow range (the direct table), anywhere in u64, against the hash map
     refs = np.array([low + k for k in offsets], dtype=np.uint64)
     ids, table = intern_first_seen(refs)
-    hashed_ids, hashed_keys, count = _intern_hashed(refs, 1024)
+    hashed_ids = np.empty(refs.shape[0], dtype=np.int32)
+    hashed_keys, count = _intern_hashed(refs, 1024, hashed_ids)
     assert ids.tolist() == hashed_ids.tolist() == numpy_intern(refs)[0].tolist()
     assert table.tolist() == hashed_keys[:count].tolist()
 
