@@ -9,7 +9,7 @@ from typing import ClassVar
 import numpy as np
 import polars as pl
 
-from kvlab.core.result import TIMELINE_SCHEMA, RunResult, RunSummary, timeline_frame
+from kvlab.core.result import RunResult, RunSummary, timeline_frame
 from kvlab.tiers.driver import request_columns
 from kvlab.tiers.tier import TierCounters
 from kvlab.tiers.types import TieredConfig
@@ -189,32 +189,17 @@ def _timeline(trace: Trace, config: TieredConfig, used_log: np.ndarray, hits: np
     steps = steps[np.concatenate([[True], np.diff(steps) > 0])]
     rows = np.searchsorted(changes, steps, side="right") - 1
     ends = np.unique([0, n - 1])
-    segments = []
+    frames = []
     for t, spec in enumerate(config.tiers):
-        segments.append((every, spec.name, "hit_blocks", hits[t]))
+        frames.append(timeline_frame(every, arrival, spec.name, {"hit_blocks": hits[t]}))
         if t == 0:
             blocks = trace.flat.blocks_per_request().astype(np.int64)
-            segments.append((every, spec.name, "miss_blocks", blocks - total))
-        segments.append((steps, spec.name, "used_blocks", used_log[rows, t + 1]))
+            frames.append(timeline_frame(every, arrival, spec.name, {"miss_blocks": blocks - total}))
+        frames.append(timeline_frame(steps, arrival[steps], spec.name, {"used_blocks": used_log[rows, t + 1]}))
         if spec.capacity_blocks is not None:
-            segments.append((ends, spec.name, "capacity_blocks", np.full(ends.shape, spec.capacity_blocks)))
-    return _long_frame(segments, arrival)
-
-
-def _long_frame(segments: list[tuple[np.ndarray, str, str, np.ndarray]], arrival: np.ndarray) -> pl.DataFrame:
-    """The long timeline of ``(steps, tier, metric, values)`` segments, one after another: the
-    rows :func:`~kvlab.core.timeline_frame` makes for each, concatenated, built as one frame
-    (``time_s`` is ``arrival`` at the steps; tier and metric names gathered by segment)."""
-    lengths = [segment[0].shape[0] for segment in segments]
-    step = np.concatenate([segment[0] for segment in segments]).astype(np.int64, copy=False)
-    which = pl.Series(np.repeat(np.arange(len(segments), dtype=np.uint32), lengths))
-    return pl.DataFrame({
-        "step": step,
-        "time_s": arrival[step].astype(np.float64, copy=False),
-        "tier": pl.Series([segment[1] for segment in segments], dtype=pl.String).gather(which),
-        "metric": pl.Series([segment[2] for segment in segments], dtype=pl.String).gather(which),
-        "value": np.concatenate([np.asarray(segment[3], dtype=np.float64) for segment in segments]),
-    }, schema=TIMELINE_SCHEMA)
+            frames.append(timeline_frame(ends, arrival[ends], spec.name,
+                                         {"capacity_blocks": np.full(ends.shape, spec.capacity_blocks)}))
+    return pl.concat(frames)
 
 
 def counters_of(values: dict[str, np.ndarray]) -> list[TierCounters]:
