@@ -64,17 +64,20 @@ def trace_from_arrays(block_keys: object, *, offsets: object = None, arrival_s: 
         num_requests = keys.shape[0]
         offsets = np.arange(num_requests + 1, dtype=np.int64)
         blocks = np.broadcast_to(np.int64(1), (num_requests,))  # no array of ones
-        default_tokens = np.full(num_requests, block_size, dtype=np.uint32 if block_size < 2**32 else np.int64)
+        row_numbers = offsets[:-1].view(np.uint64)  # offsets[r] == r: the default request ids, no second array
+        default_tokens = None if input_tokens is not None else np.full(
+            num_requests, block_size, dtype=np.uint32 if block_size < 2**32 else np.int64)
     else:
         offsets = np.array(_int_array("offsets", offsets), dtype=np.int64)  # a copy: the flat form's own
         _check_offsets(offsets, keys.shape[0])
         num_requests = offsets.shape[0] - 1
         blocks = np.diff(offsets)
-        default_tokens = blocks * block_size
+        default_tokens = blocks * block_size if input_tokens is None else None
+        row_numbers = np.arange(num_requests, dtype=np.uint64) if request_id is None else None
     if num_requests == 0:
         raise ValueError("a trace needs at least one request; block_keys/offsets describe none")
     frame = pl.DataFrame({
-        "request_id": _column("request_id", request_id, num_requests, np.arange(num_requests, dtype=np.uint64)),
+        "request_id": _column("request_id", request_id, num_requests, row_numbers),
         "arrival_s": _times(arrival_s, num_requests),
         "input_tokens": _column("input_tokens", input_tokens, num_requests, default_tokens),
         "output_tokens": _column("output_tokens", output_tokens, num_requests, np.zeros(num_requests, np.uint32)),
@@ -125,7 +128,7 @@ def _check_offsets(offsets: np.ndarray, num_refs: int) -> None:
         raise ValueError(f"offsets must be non-decreasing; offsets[{row}]={offsets[row]} after {offsets[row - 1]}")
 
 
-def _column(name: str, values: object, num_requests: int, default: np.ndarray) -> np.ndarray:
+def _column(name: str, values: object, num_requests: int, default: np.ndarray | None) -> np.ndarray:
     if values is None:
         return default
     array = _int_array(name, values)
