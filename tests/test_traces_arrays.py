@@ -123,6 +123,14 @@ def test_from_arrays_equals_the_checked_frame(rows: list[list[int]], uniform: bo
         assert ids.flat.block_ids.tolist() == numpy_intern(ids.frame["block_keys"].explode().to_numpy())[0].tolist()
 
 
+def test_from_arrays_holds_copies_of_the_arrays() -> None:
+    ids, arrival = np.array([5, 7, 5], dtype=np.uint64), np.array([0.0, 1.0, 2.0])
+    trace = Trace.from_arrays(ids, arrival_s=arrival, input_tokens=np.ones(3, dtype=np.uint32))
+    ids[0], arrival[2] = 99, -1.0
+    assert trace.frame["block_keys"].to_list() == [[5], [7], [5]] and trace.flat.keys.tolist() == [5, 7]
+    assert trace.frame["arrival_s"].to_list() == [0.0, 1.0, 2.0]
+
+
 def test_zipf_objects_is_from_arrays_of_its_ids() -> None:
     trace = zipf_objects(2000, 300, seed=4)
     again = Trace.from_arrays(trace.frame["block_keys"].explode().to_numpy(), arrival_s=trace.frame["arrival_s"],

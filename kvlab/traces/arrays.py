@@ -37,8 +37,10 @@ def trace_from_arrays(block_keys: object, *, offsets: object = None, arrival_s: 
         source: where the arrays came from.
 
     Returns:
-        The trace; its ``block_keys`` column is built from the arrays (one pass, no
-        per-request Python) and checked as every trace is (:class:`Trace` raises).
+        The trace; its ``block_keys`` column and its flat form are built from the arrays
+        (no per-request Python), the columns given are checked as every trace's are
+        (:class:`Trace` raises) and the ones made here are right by construction. The
+        trace holds copies: changing the arrays afterwards does not change it.
 
     Raises:
         ValueError: an argument that is not a one-dimensional integer array (floats and
@@ -59,7 +61,7 @@ def trace_from_arrays(block_keys: object, *, offsets: object = None, arrival_s: 
     block_size = check_positive("block_size", block_size)
     check_flag("partial_block_keyed", partial_block_keyed)
     check_str("source", source)
-    keys = _int_array("block_keys", block_keys).astype(np.uint64, copy=False)
+    keys = np.array(_int_array("block_keys", block_keys), dtype=np.uint64)  # a copy: the trace's own
     if offsets is None:
         num_requests = keys.shape[0]
         offsets = np.arange(num_requests + 1, dtype=np.int64)
@@ -134,7 +136,7 @@ def _column(name: str, values: object, num_requests: int, default: np.ndarray | 
     array = _int_array(name, values)
     if array.shape[0] != num_requests:
         raise ValueError(f"{name} has {array.shape[0]} values for {num_requests} requests")
-    return array
+    return array.copy()  # the frame would otherwise share the caller's memory
 
 
 def _times(values: object, num_requests: int) -> np.ndarray:
@@ -146,4 +148,4 @@ def _times(values: object, num_requests: int) -> np.ndarray:
                          f"of shape {array.shape}")
     if array.shape[0] != num_requests:
         raise ValueError(f"arrival_s has {array.shape[0]} values for {num_requests} requests")
-    return array.astype(np.float64, copy=False)
+    return array.astype(np.float64)  # a copy, as every column
