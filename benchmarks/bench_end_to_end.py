@@ -8,8 +8,10 @@ oracleGeneral binary file from the same ids (or from the JSONL's ``hash_ids``, p
 (``hit_semantics="independent"``, ``touch_order="tail_most_recent"``), identical miss
 ratios asserted. CPU time (``time.process_time``), the two sides interleaved, best of 3;
 compilation is done beforehand (warm start is issue 17 item 5). Each part of kvlab's time
-(build, flat, kernel, frames) is reported from a separate timed pass. Target (issue 17
-item 3): end to end ≥ 5× libCacheSim on every workload.
+(build, flat, kernel, frames) is reported from a separate timed pass; ``flat`` is 0 where the
+builder makes the flat form itself (``Trace.from_arrays`` interns the arrays it was given,
+``load_trace`` interns to check the chaining), so ``build`` includes the interning. Target
+(issue 17 item 3): end to end ≥ 5× libCacheSim on every workload.
 
 Usage: ``python benchmarks/bench_end_to_end.py --out out/bench/bench_end_to_end.json``
 (needs the ``bench`` extra: libcachesim). Runs against whatever ``kvlab`` is imported

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from kvlab.paths import bundled_trace_path
 from kvlab.traces import Trace, TraceFormatError, load_mooncake, zipf_objects
-from kvlab.traces.flat import intern_first_seen
-from kvlab.traces.mooncake import _load_by_line
+from kvlab.traces.flat import _intern_hashed, flatten_block_keys, intern_first_seen
+from kvlab.traces.mooncake import _load_by_line, _load_columnar
 
 U64_MAX = 2**64 - 1
 
@@ -42,6 +42,18 @@ def test_intern_matches_numpy(keys: list[int]) -> None:
     want_ids, want_keys = numpy_intern(refs)
     assert ids.tolist() == want_ids.tolist()
     assert table.tolist() == want_keys.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, U64_MAX - 5000), st.lists(st.integers(0, 5000), min_size=1, max_size=2000))
+def test_direct_table_and_hash_map_agree(low: int, offsets: list[int]) -> None:
+    # keys within a narrow range (the direct table), anywhere in u64, against the hash map
+    refs = np.array([low + k for k in offsets], dtype=np.uint64)
+    ids, table = intern_first_seen(refs)
+    hashed_ids = np.empty(refs.shape[0], dtype=np.int32)
+    hashed_keys, count = _intern_hashed(refs, 1024, hashed_ids)
+    assert ids.tolist() == hashed_ids.tolist() == numpy_intern(refs)[0].tolist()
+    assert table.tolist() == hashed_keys[:count].tolist()
 
 
 def test_intern_grows_past_many_colliding_keys() -> None:
@@ -85,6 +97,40 @@ def test_from_arrays_csr_with_empty_and_partial_requests() -> None:
     assert trace.flat.block_ids.tolist() == [0, 1, 0, 2, 3]
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 40), max_size=4), min_size=1, max_size=40), st.booleans(), st.booleans())
+def test_from_arrays_equals_the_checked_frame(rows: list[list[int]], uniform: bool, give_columns: bool) -> None:
+    # the columns from_arrays makes itself (and so does not check again) and its flat form, built from the
+    # arrays, equal a hand-built Trace's and its flat form built from the list column
+    if uniform:
+        rows = [(row + [7, 8, 9])[:3] for row in rows]
+    keys = np.array([k for row in rows for k in row], dtype=np.uint64)
+    offsets = np.cumsum([0] + [len(row) for row in rows])
+    n = len(rows)
+    columns = {"request_id": np.arange(n) * 3 + 1, "arrival_s": np.arange(n) / 2.0,
+               "input_tokens": np.array([len(row) * 4 for row in rows])} if give_columns else {}
+    trace = Trace.from_arrays(keys, offsets=offsets, block_size=4, **columns)
+    want = Trace(pl.DataFrame({
+        "request_id": columns.get("request_id", np.arange(n)), "arrival_s": columns.get("arrival_s", np.arange(n)),
+        "input_tokens": [len(row) * 4 for row in rows], "output_tokens": [0] * n,
+        "block_keys": pl.Series(rows, dtype=pl.List(pl.UInt64))}), block_size=4, source="arrays")
+    assert trace.frame.equals(want.frame)
+    flat = flatten_block_keys(want.frame["block_keys"], want.frame["input_tokens"], 4)
+    for name in ("offsets", "block_ids", "keys", "input_tokens"):
+        assert getattr(trace.flat, name).tolist() == getattr(flat, name).tolist()
+    if n > 1:  # an object-id stream too
+        ids = Trace.from_arrays(keys[:n] if keys.size >= n else np.arange(n))
+        assert ids.flat.block_ids.tolist() == numpy_intern(ids.frame["block_keys"].explode().to_numpy())[0].tolist()
+
+
+def test_from_arrays_holds_copies_of_the_arrays() -> None:
+    ids, arrival = np.array([5, 7, 5], dtype=np.uint64), np.array([0.0, 1.0, 2.0])
+    trace = Trace.from_arrays(ids, arrival_s=arrival, input_tokens=np.ones(3, dtype=np.uint32))
+    ids[0], arrival[2] = 99, -1.0
+    assert trace.frame["block_keys"].to_list() == [[5], [7], [5]] and trace.flat.keys.tolist() == [5, 7]
+    assert trace.frame["arrival_s"].to_list() == [0.0, 1.0, 2.0]
+
+
 def test_zipf_objects_is_from_arrays_of_its_ids() -> None:
     trace = zipf_objects(2000, 300, seed=4)
     again = Trace.from_arrays(trace.frame["block_keys"].explode().to_numpy(), arrival_s=trace.frame["arrival_s"],
@@ -119,6 +165,20 @@ def test_mooncake_columnar_path_equals_line_reader(tmp_path) -> None:
     packed = tmp_path / "conv.jsonl.gz"
     packed.write_bytes(gzip.compress(path.read_bytes()))
     assert load_mooncake(packed).frame.equals(fast.frame)
+
+
+def test_mooncake_columnar_path_reads_unusual_but_valid_records(tmp_path) -> None:
+    # keys in another order, spacing, float timestamps, ids past 2**63, CRLF line ends: the schema read
+    # (no blank line, four fields) equals the line reader
+    lines = ['{"hash_ids":[18446744073709551615, 9223372036854775808],"output_length":3,"input_length":600,'
+             '"timestamp":1.5}',
+             '{ "timestamp" : 2 , "input_length" : 512 , "output_length" : 0 , "hash_ids" : [ 18446744073709551615 ] }',
+             '{"timestamp": 2.25, "input_length": 0, "output_length": 1, "hash_ids": []}']
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    fast = _load_columnar(path, 512)
+    assert fast is not None and fast.frame.equals(_load_by_line(path, 512).frame)
+    assert fast.frame["block_keys"].to_list() == [[U64_MAX, 2**63], [U64_MAX], []]
 
 
 def test_mooncake_errors_keep_file_and_line(tmp_path) -> None:

@@ -62,6 +62,16 @@ def test_bad_line_names_file_and_line(tmp_path: Path, case: str, line: str, mess
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize(("case", "line", "message"), BAD_LINES, ids=[c[0] for c in BAD_LINES])
+def test_bad_line_without_blank_lines_gets_the_same_error(tmp_path: Path, case: str, line: str, message: str) -> None:
+    # no blank line: the columnar reader tries the file first and must hand the bad line on, not load it
+    path = write_lines(tmp_path, [record(), line, record(timestamp=9)])
+    with pytest.raises(TraceFormatError) as info:
+        load_mooncake(path)
+    assert info.value.line == 2
+    assert message in str(info.value)
+
+
 def test_decreasing_timestamp_is_rejected(tmp_path: Path) -> None:
     path = write_lines(tmp_path, [record(timestamp=5), record(timestamp=4)])
     with pytest.raises(TraceFormatError, match=r":2: timestamp 4.0 is earlier than the previous record's 5.0"):

@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 
 from kvlab.core.validate import check_flag, check_positive, check_str
-from kvlab.traces.trace import Trace
+from kvlab.traces.trace import Trace, trusted_trace
 
 
 def trace_from_arrays(block_keys: object, *, offsets: object = None, arrival_s: object = None,
@@ -37,8 +37,10 @@ def trace_from_arrays(block_keys: object, *, offsets: object = None, arrival_s: 
         source: where the arrays came from.
 
     Returns:
-        The trace; its ``block_keys`` column is built from the arrays (one pass, no
-        per-request Python) and checked as every trace is (:class:`Trace` raises).
+        The trace; its ``block_keys`` column and its flat form are built from the arrays
+        (no per-request Python), the columns given are checked as every trace's are
+        (:class:`Trace` raises) and the ones made here are right by construction. The
+        trace holds copies: changing the arrays afterwards does not change it.
 
     Raises:
         ValueError: an argument that is not a one-dimensional integer array (floats and
@@ -59,34 +61,47 @@ def trace_from_arrays(block_keys: object, *, offsets: object = None, arrival_s: 
     block_size = check_positive("block_size", block_size)
     check_flag("partial_block_keyed", partial_block_keyed)
     check_str("source", source)
-    keys = _int_array("block_keys", block_keys).astype(np.uint64, copy=False)
+    keys = np.array(_int_array("block_keys", block_keys), dtype=np.uint64)  # a copy: the trace's own
     if offsets is None:
         num_requests = keys.shape[0]
-        default_tokens = np.full(num_requests, block_size, dtype=np.uint32 if block_size < 2**32 else np.int64)
-        column = pl.Series("block_keys", keys).reshape((num_requests, 1)).cast(pl.List(pl.UInt64))
+        offsets = np.arange(num_requests + 1, dtype=np.int64)
+        blocks = np.broadcast_to(np.int64(1), (num_requests,))  # no array of ones
+        row_numbers = offsets[:-1].view(np.uint64)  # offsets[r] == r: the default request ids, no second array
+        default_tokens = None if input_tokens is not None else np.full(
+            num_requests, block_size, dtype=np.uint32 if block_size < 2**32 else np.int64)
     else:
-        offsets = _int_array("offsets", offsets).astype(np.int64, copy=False)
+        offsets = np.array(_int_array("offsets", offsets), dtype=np.int64)  # a copy: the flat form's own
         _check_offsets(offsets, keys.shape[0])
         num_requests = offsets.shape[0] - 1
-        if num_requests == 0:
-            raise ValueError("a trace needs at least one request; block_keys/offsets describe none")
         blocks = np.diff(offsets)
-        default_tokens = blocks * block_size
-        starts = pl.Series("start", offsets[:-1])
-        column = (pl.DataFrame({"start": starts, "len": pl.Series(blocks)})
-                  .select(pl.lit(pl.Series(keys)).implode().list.slice(pl.col("start"), pl.col("len"))
-                          .alias("block_keys"))
-                  .to_series())
+        default_tokens = blocks * block_size if input_tokens is None else None
+        row_numbers = np.arange(num_requests, dtype=np.uint64) if request_id is None else None
     if num_requests == 0:
         raise ValueError("a trace needs at least one request; block_keys/offsets describe none")
     frame = pl.DataFrame({
-        "request_id": _column("request_id", request_id, num_requests, np.arange(num_requests, dtype=np.uint64)),
+        "request_id": _column("request_id", request_id, num_requests, row_numbers),
         "arrival_s": _times(arrival_s, num_requests),
         "input_tokens": _column("input_tokens", input_tokens, num_requests, default_tokens),
         "output_tokens": _column("output_tokens", output_tokens, num_requests, np.zeros(num_requests, np.uint32)),
-        "block_keys": column,
+        "block_keys": _list_column(keys, offsets, blocks),
     })
-    return Trace(frame, block_size=block_size, source=source, partial_block_keyed=partial_block_keyed)
+    # the columns made here hold their row invariants by construction: only given ones are checked
+    trusted = [name for name, given in (("request_id", request_id), ("arrival_s", arrival_s),
+                                        ("block_keys", input_tokens)) if given is None]
+    return trusted_trace(frame, block_size, source, partial_block_keyed, trusted=trusted, lengths=blocks,
+                         csr=(offsets, keys))
+
+
+def _list_column(keys: np.ndarray, offsets: np.ndarray, blocks: np.ndarray) -> pl.Series:
+    """The ``block_keys`` column of CSR keys: ``keys`` reshaped when every request has as many
+    blocks (≥ 1; no per-row work), else sliced per row by polars."""
+    num_requests = blocks.shape[0]
+    width = int(blocks[0])
+    if width and (blocks.strides == (0,) or (blocks == width).all()):
+        return pl.Series("block_keys", keys).reshape((num_requests, width)).cast(pl.List(pl.UInt64))
+    return (pl.DataFrame({"start": pl.Series(offsets[:-1]), "len": pl.Series(blocks)})
+            .select(pl.lit(pl.Series(keys)).implode().list.slice(pl.col("start"), pl.col("len")).alias("block_keys"))
+            .to_series())
 
 
 def _int_array(name: str, values: object) -> np.ndarray:
@@ -115,13 +130,13 @@ def _check_offsets(offsets: np.ndarray, num_refs: int) -> None:
         raise ValueError(f"offsets must be non-decreasing; offsets[{row}]={offsets[row]} after {offsets[row - 1]}")
 
 
-def _column(name: str, values: object, num_requests: int, default: np.ndarray) -> np.ndarray:
+def _column(name: str, values: object, num_requests: int, default: np.ndarray | None) -> np.ndarray:
     if values is None:
         return default
     array = _int_array(name, values)
     if array.shape[0] != num_requests:
         raise ValueError(f"{name} has {array.shape[0]} values for {num_requests} requests")
-    return array
+    return array.copy()  # the frame would otherwise share the caller's memory
 
 
 def _times(values: object, num_requests: int) -> np.ndarray:
@@ -133,4 +148,4 @@ def _times(values: object, num_requests: int) -> np.ndarray:
                          f"of shape {array.shape}")
     if array.shape[0] != num_requests:
         raise ValueError(f"arrival_s has {array.shape[0]} values for {num_requests} requests")
-    return array.astype(np.float64, copy=False)
+    return array.astype(np.float64)  # a copy, as every column

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvlab.core.jit import kernel_jit
 from kvlab.traces.errors import TraceFormatError
 from kvlab.traces.flat import FlatTrace
 
@@ -43,32 +44,47 @@ def check_chained_keys(flat: FlatTrace, path: str | Path, *, field: str = "block
         kvlab.traces.errors.TraceFormatError: t.parquet: row 1: block_keys[1]=2 follows key 3 here but key 1 \
 at position 1 in row 0: the keys are not prefix-chained
     """
-    ids = flat.block_ids.astype(np.int64)
-    if not ids.size:
+    ref, ref0 = _first_unchained(flat.offsets, flat.block_ids, flat.num_keys)
+    if ref < 0:
         return
-    starts = flat.offsets[:-1]
-    blocks = flat.blocks_per_request()
-    position = np.arange(ids.size, dtype=np.int64) - np.repeat(starts, blocks)
-    parent = np.where(position == 0, -1, np.roll(ids, 1))
-    # dense ids follow first appearance: a reference is its key's first iff its id exceeds every id before it
-    first = ids > np.concatenate([[-1], np.maximum.accumulate(ids)[:-1]])
-    first_ref = np.empty(flat.num_keys, dtype=np.int64)
-    first_ref[ids[first]] = np.flatnonzero(first)
-    seen = first_ref[ids]
-    bad = (parent != parent[seen]) | (position != position[seen])
-    if not bad.any():
-        return
-    ref = int(np.argmax(bad))
-    ref0 = int(seen[ref])
     row, row0 = (int(r) for r in np.searchsorted(flat.offsets, [ref, ref0], side="right") - 1)
+    ids = flat.block_ids
+
+    def position_and_parent(ref: int, row: int) -> tuple[int, int]:
+        position = ref - int(flat.offsets[row])
+        return position, (-1 if position == 0 else int(ids[ref - 1]))
 
     def after(parent_id: int) -> str:
         return "nothing (first block)" if parent_id < 0 else f"{noun} {int(flat.keys[parent_id])}"
 
-    here = (f"{field}[{position[ref]}]={int(flat.keys[ids[ref]])} follows {after(parent[ref])} here but "
-            f"{after(parent[ref0])} at position {position[ref0]}")
+    (position, parent), (position0, parent0) = position_and_parent(ref, row), position_and_parent(ref0, row0)
+    here = (f"{field}[{position}]={int(flat.keys[ids[ref]])} follows {after(parent)} here but "
+            f"{after(parent0)} at position {position0}")
     if lines is None:
         raise TraceFormatError(path, None, f"row {row}: {here} in row {row0}: the {noun}s are not prefix-chained")
     lines = np.asarray(lines)
     raise TraceFormatError(path, int(lines[row]), f"{here} on line {int(lines[row0])}: the {noun}s are not "
                                                   f"prefix-chained")
+
+
+@kernel_jit(nogil=True)
+def _first_unchained(offsets: np.ndarray, block_ids: np.ndarray, num_keys: int) -> tuple[int, int]:
+    """``(ref, first_ref)``: the first reference whose id was seen first (at reference
+    ``first_ref``) with another parent id or at another position; ``(-1, -1)`` if none. One
+    pass in reference order, remembering each id's first parent and position."""
+    parent_of = np.empty(num_keys, dtype=np.int32)
+    position_of = np.empty(num_keys, dtype=np.int64)
+    first_ref = np.full(num_keys, -1, dtype=np.int64)
+    for r in range(offsets.shape[0] - 1):
+        parent = -1
+        for ref in range(offsets[r], offsets[r + 1]):
+            key = block_ids[ref]
+            position = ref - offsets[r]
+            if first_ref[key] < 0:
+                first_ref[key] = ref
+                parent_of[key] = parent
+                position_of[key] = position
+            elif parent_of[key] != parent or position_of[key] != position:
+                return ref, first_ref[key]
+            parent = key
+    return -1, -1

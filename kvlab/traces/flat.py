@@ -110,7 +110,26 @@ def flatten_block_keys(block_keys: pl.Series, input_tokens: pl.Series, block_siz
     refs = block_keys.explode(empty_as_null=False)
     if refs.null_count():
         refs = refs.drop_nulls()
-    refs = refs.to_numpy().astype(np.uint64, copy=False)
+    return flatten_csr(offsets, refs.to_numpy().astype(np.uint64, copy=False), input_tokens, block_size)
+
+
+def flatten_csr(offsets: np.ndarray, refs: np.ndarray, input_tokens: pl.Series, block_size: int) -> FlatTrace:
+    """Build a :class:`FlatTrace` from CSR block keys (the keys interned here).
+
+    Args:
+        offsets: ``int64[num_requests + 1]`` row pointers (kept as the flat form's own).
+        refs: ``uint64[num_refs]``, the block keys of every request in order.
+        input_tokens: prompt length per request, tokens (the trace's column).
+        block_size: tokens per block.
+
+    Returns:
+        The flat form; dense ids in order of first appearance (:func:`intern_first_seen`).
+
+    Example:
+        >>> flat = flatten_csr(np.array([0, 2, 3]), np.array([5, 6, 5], dtype=np.uint64), pl.Series([2, 1]), 1)
+        >>> flat.block_ids.tolist(), flat.keys.tolist()
+        ([0, 1, 0], [5, 6])
+    """
     block_ids, keys = intern_first_seen(refs)
     return FlatTrace(
         offsets=offsets,
@@ -124,8 +143,12 @@ def flatten_block_keys(block_keys: pl.Series, input_tokens: pl.Series, block_siz
 def intern_first_seen(refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Intern 64-bit keys to dense ids in order of first appearance.
 
-    An open-addressing hash map in numba (linear probing, splitmix64-mixed keys, load
-    factor at most 1/2, doubled as it fills): one pass over the references, no sort.
+    One pass over the references, no sort. Keys spanning a range no wider than twice the
+    number of references (object ids, Mooncake ``hash_ids``: keys that are already nearly
+    dense) index a table of ``max - min + 1`` ids directly; other keys go through an
+    open-addressing hash map in numba (linear probing, splitmix64-mixed keys, load factor
+    at most 1/2, doubled as it fills; a slot holds only the dense id, the key is read from
+    the keys-by-id array). Both give the same ids.
 
     Args:
         refs: ``uint64[num_refs]``, the keys in reference order (any 64-bit value,
@@ -143,19 +166,75 @@ def intern_first_seen(refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         >>> ids, keys = intern_first_seen(np.array([9, 0, 9, 2**64 - 1], dtype=np.uint64))
         >>> ids.tolist(), keys.tolist()
         ([0, 1, 0, 2], [9, 0, 18446744073709551615])
+        >>> intern_first_seen(np.array([12, 10, 12], dtype=np.uint64))[0].tolist()  # the direct table
+        [0, 1, 0]
     """
     if not isinstance(refs, np.ndarray) or refs.dtype != np.uint64 or refs.ndim != 1:
         raise ValueError(f"refs must be a one-dimensional uint64 array, got "
                          f"{getattr(refs, 'dtype', type(refs).__name__)} of shape {getattr(refs, 'shape', None)}")
-    block_ids, table, num_keys = _intern(np.ascontiguousarray(refs))
+    refs = np.ascontiguousarray(refs)
+    n = refs.shape[0]
+    if n == 0:
+        return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.uint64)
+    low, high = _key_range(refs)
+    span = int(high) - int(low) + 1
+    # the large arrays come from numpy, which asks for transparent huge pages (numba's allocations
+    # fault in 4 KiB pages: ~10,000 faults per 40 MB, a visible share of the CPU time)
+    block_ids = np.empty(n, dtype=np.int32)
+    if span <= min(max(2 * n, _DIRECT_MIN_SPAN), _MAX_KEYS):  # every id of the table fits an int32
+        table = np.empty(min(n, span), dtype=np.uint64)
+        num_keys = _intern_direct(refs, np.uint64(low), np.full(span, -1, dtype=np.int32), block_ids, table)
+    else:
+        table, num_keys = _intern_hashed(refs, min(max(_pow2_at_least(n // 2), 1024), _HASH_START_MAX), block_ids)
     if num_keys < 0:
         raise ValueError(f"refs holds more than {_MAX_KEYS} distinct keys; dense block ids are int32")
-    return block_ids, table[:num_keys].copy()
+    # a view when most of the table is used (no copy of a large key table), else a right-sized copy
+    return block_ids, table[:num_keys] if 2 * num_keys >= table.shape[0] else table[:num_keys].copy()
 
 
 _MAX_KEYS = 2**31 - 1
-_EMPTY = np.int64(-1)
 _BATCH = 16
+#: Key ranges up to this wide always use the direct table (it is at most 256 KiB).
+_DIRECT_MIN_SPAN = 1 << 16
+#: Largest first size of the hash map (slots; 4 MiB): traces with few distinct keys stay small.
+_HASH_START_MAX = 1 << 20
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+@kernel_jit(nogil=True)
+def _key_range(refs: np.ndarray) -> tuple[np.uint64, np.uint64]:
+    """The smallest and largest key of a non-empty ``refs``."""
+    low = refs[0]
+    high = refs[0]
+    for i in range(refs.shape[0]):
+        key = refs[i]
+        low = min(low, key)
+        high = max(high, key)
+    return low, high
+
+
+@kernel_jit(nogil=True)
+def _intern_direct(refs: np.ndarray, low: np.uint64, table: np.ndarray, block_ids: np.ndarray,
+                   keys: np.ndarray) -> int:
+    """:func:`intern_first_seen` over keys in ``[low, low + len(table))``: ``table`` holds the
+    id of ``key - low`` (all -1 on entry: not seen yet; fewer than ``2**31`` slots, so every id
+    fits an int32). Fills ``block_ids`` and ``keys`` (by id); returns the key count."""
+    n = refs.shape[0]
+    count = 0
+    for i in range(n):
+        key = refs[i]
+        slot = key - low
+        sid = table[slot]
+        if sid < 0:
+            sid = count
+            table[slot] = sid
+            keys[count] = key
+            count += 1
+        block_ids[i] = sid
+    return count
 
 
 @kernel_jit(inline="always")
@@ -167,54 +246,52 @@ def _mix(key: np.uint64) -> np.uint64:
 
 
 @kernel_jit(nogil=True)
-def _intern(refs: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """Dense ids of ``refs`` (first seen first), the keys by id (first ``num_keys`` valid),
-    ``num_keys`` (-1 past ``_MAX_KEYS``). Slots hold ``(key, id)``; id -1 marks a free slot."""
+def _intern_hashed(refs: np.ndarray, cap: int, block_ids: np.ndarray) -> tuple[np.ndarray, int]:
+    """Fill ``block_ids`` with the dense ids of ``refs`` (first seen first); return the keys by
+    id (first ``num_keys`` valid) and ``num_keys`` (-1 past ``_MAX_KEYS``), through a map of
+    ``cap`` slots to start with (a power of two). A slot holds a dense id (-1: free); its key
+    is ``keys[id]``."""
     n = refs.shape[0]
-    block_ids = np.empty(n, dtype=np.int32)
-    cap = 1024
-    slots = np.full((cap, 2), _EMPTY, dtype=np.int64)  # column 0: key bits, column 1: dense id
+    slots = np.full(cap, -1, dtype=np.int32)
     keys = np.empty(cap // 2, dtype=np.uint64)
     mask = np.uint64(cap - 1)
     count = 0
-    touched = np.int64(0)
+    touched = 0
     for i in range(n):
         if i % _BATCH == 0:  # load the next batch's slots together: their cache misses overlap
             for j in range(i, min(i + _BATCH, n)):
-                touched += slots[_mix(refs[j]) & mask, 1]
+                touched += slots[_mix(refs[j]) & mask]
         key = refs[i]
-        kbits = np.int64(key)
         s = _mix(key) & mask
         while True:
-            sid = slots[s, 1]
-            if sid == _EMPTY:
+            sid = slots[s]
+            if sid < 0:
                 if count == _MAX_KEYS:
-                    return block_ids, keys, -1
-                slots[s, 0] = kbits
-                slots[s, 1] = count
+                    return keys, -1
+                slots[s] = count
                 keys[count] = key
                 block_ids[i] = count
                 count += 1
                 if 2 * count >= cap:  # keep the load factor below 1/2: double and reinsert
                     cap *= 2
                     mask = np.uint64(cap - 1)
-                    slots = np.full((cap, 2), _EMPTY, dtype=np.int64)
+                    slots = np.full(cap, -1, dtype=np.int32)
                     grown = np.empty(cap // 2, dtype=np.uint64)
                     grown[:count] = keys[:count]
                     keys = grown
                     for k in range(count):
                         t = _mix(keys[k]) & mask
-                        while slots[t, 1] != _EMPTY:
+                        while slots[t] >= 0:
                             t = (t + np.uint64(1)) & mask
-                        slots[t, 0] = np.int64(keys[k])
-                        slots[t, 1] = k
+                        slots[t] = k
                 break
-            if slots[s, 0] == kbits:
+            if keys[sid] == key:
                 block_ids[i] = sid
                 break
             s = (s + np.uint64(1)) & mask
     block_ids[:0] = touched  # keeps the batched loads (an empty store)
-    return block_ids, keys, count
+    return keys, count
+
 
 def list_series(arrays: list[np.ndarray], inner: pl.DataType = pl.UInt64) -> pl.Series:
     """A ``list[inner]`` series from per-row numpy arrays.

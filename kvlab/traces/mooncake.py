@@ -11,7 +11,6 @@ prefix-chained id per 512-token block of the prompt (the last block partial).
 from __future__ import annotations
 
 import gzip
-import io
 import math
 import re
 import warnings
@@ -30,7 +29,11 @@ from kvlab.traces.trace import Trace
 #: Block size of the published Mooncake traces (repo README; FAST'25 appendix A.2).
 MOONCAKE_BLOCK_SIZE = 512
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
-_BLANK_LINE = re.compile(rb"(^|\n)[ \t\r]*\n")
+_BLANK_LINE = re.compile(rb"\n[ \t\r]*\n")
+_BLANK_FIRST_LINE = re.compile(rb"[ \t\r]*\n")
+#: The columnar reader's schema: strict, so a value of another type fails the read.
+_SCHEMA = {"timestamp": pl.Float64, "input_length": pl.Int64, "output_length": pl.Int64,
+           "hash_ids": pl.List(pl.UInt64)}
 
 
 def load_mooncake(path: str | Path, *, block_size: int = MOONCAKE_BLOCK_SIZE) -> Trace:
@@ -76,40 +79,43 @@ def load_mooncake(path: str | Path, *, block_size: int = MOONCAKE_BLOCK_SIZE) ->
 
 
 def _load_columnar(path: Path, block_size: int) -> Trace | None:
-    """The fast path: polars' JSON reader and vectorised checks; ``None`` when the file is not
-    plainly valid (a blank line, an unknown field, a value of another type or out of range),
-    so that :func:`_load_by_line` finds and names the line, or warns."""
+    """The fast path: polars' JSON reader with the format's schema and vectorised checks;
+    ``None`` when the file is not plainly valid (a blank line, an unknown field, a value of
+    another type or out of range), so that :func:`_load_by_line` finds and names the line,
+    or warns."""
     try:
         raw = gzip.decompress(path.read_bytes()) if is_gzip_name(path) else path.read_bytes()
     except (OSError, EOFError):
         return None
-    raw = raw.removeprefix(b"\xef\xbb\xbf").rstrip(b" \t\r\n")
-    if not raw or _BLANK_LINE.search(raw):
+    raw = raw.removeprefix(b"\xef\xbb\xbf")
+    end = len(raw)  # the records end here: trailing white space found without copying the bytes
+    while end and raw[end - 1] in b" \t\r\n":
+        end -= 1
+    if not end or _BLANK_FIRST_LINE.match(raw) or _BLANK_LINE.search(raw, 0, end):
         return None
-    try:
-        frame = pl.read_ndjson(io.BytesIO(raw), infer_schema_length=None)
+    num_lines = raw.count(b"\n", 0, end) + 1
+    # a record of the four fields and numbers alone has exactly 8 quotes (its keys): more
+    # means another field (or a string value), which the schema below would silently drop
+    if raw.count(b'"', 0, end) != 8 * num_lines:
+        return None
+    try:  # strict: a value of another type (a string, a float length or id, a negative id) raises
+        frame = pl.read_ndjson(raw, schema=_SCHEMA)
     except Exception:  # polars raises several error types for malformed or mixed records
         return None
-    schema = frame.schema
-    if (set(schema) != set(MOONCAKE_FIELDS) or not schema["timestamp"].is_numeric()
-            or not all(schema[f].is_integer() for f in ("input_length", "output_length"))
-            or not isinstance(schema["hash_ids"], pl.List) or not schema["hash_ids"].inner.is_integer()
-            or frame.null_count().sum_horizontal().item()
+    if (frame.height != num_lines or frame.null_count().sum_horizontal().item()
             or frame["hash_ids"].explode(empty_as_null=False).null_count()):
-        return None
-    ts = frame["timestamp"].to_numpy().astype(np.float64)
-    n_in, n_out = (frame[f].to_numpy().astype(np.int64) for f in ("input_length", "output_length"))
+        return None  # a missing field or a null
+    ts = frame["timestamp"].to_numpy()
+    n_in, n_out = (frame[f].to_numpy() for f in ("input_length", "output_length"))
     ids = frame["hash_ids"]
-    flat_ids = ids.explode(empty_as_null=False)
     if (not np.isfinite(ts).all() or (ts < 0).any() or (ts[1:] < ts[:-1]).any()
             or (n_in < 0).any() or (n_in > 2**32 - 1).any() or (n_out < 0).any() or (n_out > 2**32 - 1).any()
-            or (flat_ids.len() and flat_ids.min() < 0)
             or (ids.list.len().to_numpy() != -(-n_in // block_size)).any()):
         return None
     trace = Trace(pl.DataFrame({
         "request_id": np.arange(frame.height, dtype=np.uint64), "arrival_s": ts / 1000.0,
         "input_tokens": n_in.astype(np.uint32), "output_tokens": n_out.astype(np.uint32),
-        "block_keys": ids.cast(pl.List(pl.UInt64))}), block_size=block_size, source=str(path))
+        "block_keys": ids}), block_size=block_size, source=str(path))
     check_chained_keys(trace.flat, path, field="hash_ids", noun="id", lines=np.arange(1, frame.height + 1))
     return trace
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
@@ -11,19 +12,8 @@ import polars as pl
 
 from kvlab.core.validate import check_flag, check_positive, check_str
 from kvlab.hashing.base import BlockHasher
-from kvlab.traces.flat import FlatTrace, flatten_block_keys
-
-#: Required columns and their canonical dtypes (docs/DESIGN.md "Data model").
-REQUIRED_COLUMNS: dict[str, pl.DataType] = {
-    "request_id": pl.UInt64(),
-    "arrival_s": pl.Float64(),
-    "input_tokens": pl.UInt32(),
-    "output_tokens": pl.UInt32(),
-    "block_keys": pl.List(pl.UInt64()),
-}
-#: Optional columns with a fixed dtype (others, e.g. ``session_id``, ``model``,
-#: ``lora_name``, are kept as given).
-TYPED_OPTIONAL_COLUMNS: dict[str, pl.DataType] = {"token_ids": pl.List(pl.UInt32())}
+from kvlab.traces.flat import FlatTrace, flatten_block_keys, flatten_csr
+from kvlab.traces.frame_checks import canonical_frame
 
 _PARQUET_KEYS = ("kvlab.block_size", "kvlab.source", "kvlab.partial_block_keyed")
 
@@ -121,12 +111,18 @@ class Trace:
     partial_block_keyed: bool = True
 
     def __post_init__(self) -> None:
+        self._check()
+
+    def _check(self, trusted: Collection[str] = (), lengths: np.ndarray | None = None) -> None:
+        """Check the arguments and canonicalise the frame (:func:`trusted_trace` vouches for
+        some row invariants)."""
         if not isinstance(self.frame, pl.DataFrame):
             raise ValueError(f"frame must be a polars DataFrame, got {type(self.frame).__name__}")
         object.__setattr__(self, "block_size", check_positive("block_size", self.block_size))
         check_str("source", self.source)
         object.__setattr__(self, "partial_block_keyed", check_flag("partial_block_keyed", self.partial_block_keyed))
-        object.__setattr__(self, "frame", _canonical_frame(self.frame, self.block_size, self.partial_block_keyed))
+        object.__setattr__(self, "frame", canonical_frame(self.frame, self.block_size, self.partial_block_keyed,
+                                                          trusted=trusted, lengths=lengths))
 
     # -- size ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -266,6 +262,37 @@ class Trace:
             _PARQUET_KEYS[2]: str(self.partial_block_keyed).lower()})
 
 
+def trusted_trace(frame: pl.DataFrame, block_size: int, source: str, partial_block_keyed: bool = True, *,
+                  trusted: Collection[str] = (), lengths: np.ndarray | None = None,
+                  csr: tuple[np.ndarray, np.ndarray] | None = None) -> Trace:
+    """A :class:`Trace` from a builder that made some of its columns itself: the row invariants
+    in ``trusted`` hold by construction and are not checked again, and the flat form is built
+    from ``csr`` (the same keys as the ``block_keys`` column) rather than from the list column.
+
+    For builders in :mod:`kvlab.traces` (:meth:`Trace.from_arrays`); everything else is checked
+    as :class:`Trace` does.
+
+    Args:
+        frame, block_size, source, partial_block_keyed: as :class:`Trace`.
+        trusted: names from :data:`kvlab.traces.frame_checks.ROW_INVARIANTS`.
+        lengths: ``int[num_requests]`` block counts of the rows, if known.
+        csr: ``(offsets, refs)``: ``int64[num_requests + 1]`` row pointers (kept by the flat
+            form) and ``uint64[num_refs]`` keys, interned here
+            (:func:`kvlab.traces.flat.flatten_csr`).
+
+    Raises:
+        ValueError: as :class:`Trace`.
+    """
+    trace = object.__new__(Trace)
+    for name, value in (("frame", frame), ("block_size", block_size), ("source", source),
+                        ("partial_block_keyed", partial_block_keyed)):
+        object.__setattr__(trace, name, value)
+    trace._check(trusted, lengths)
+    if csr is not None:  # stored where the cached property would have stored it
+        trace.__dict__["flat"] = flatten_csr(*csr, trace.frame["input_tokens"], trace.block_size)
+    return trace
+
+
 def read_trace_parquet(path: str | Path) -> Trace:
     """Read a trace written by :meth:`Trace.write_parquet`.
 
@@ -291,97 +318,3 @@ def read_trace_parquet(path: str | Path) -> Trace:
         raise TraceFormatError(path, None, str(err)) from err
     check_chained_keys(trace.flat, path)
     return trace
-
-
-def _dtype_ok(col: str, dtype: pl.DataType) -> bool:
-    """Integers stay integers and times stay numbers: no truncating or parsing casts."""
-    if col == "arrival_s":
-        return dtype.is_numeric()
-    if isinstance(dtype, pl.List):
-        inner = dtype.inner
-        return inner == pl.Null or inner.is_integer()
-    return dtype.is_integer()
-
-
-def _canonical_frame(frame: pl.DataFrame, block_size: int, partial_block_keyed: bool) -> pl.DataFrame:
-    """Check dtypes, cast required columns to theirs and check the trace invariants."""
-    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
-    if missing:
-        raise ValueError(f"trace frame is missing column(s) {missing}; has {frame.columns}")
-    if frame.height == 0:
-        raise ValueError("a trace needs at least one request; the frame is empty")
-    casts = {**REQUIRED_COLUMNS, **{c: t for c, t in TYPED_OPTIONAL_COLUMNS.items() if c in frame.columns}}
-    for col, dtype in casts.items():
-        if not _dtype_ok(col, frame.schema[col]):
-            kind = "numeric" if col == "arrival_s" else "integer"
-            raise ValueError(f"column {col!r} must have {kind} values ({dtype}), got dtype {frame.schema[col]}")
-        try:
-            frame = frame.with_columns(frame[col].cast(dtype, strict=True))
-        except Exception as err:  # polars raises several error types for a failed cast
-            raise ValueError(f"column {col!r} has a value out of range for {dtype} (negative?): {err}") from None
-        _reject_nulls(frame[col], col)
-    frame = frame.select(*REQUIRED_COLUMNS, *[c for c in frame.columns if c not in REQUIRED_COLUMNS])
-    _check_rows(frame, block_size, partial_block_keyed)
-    return frame
-
-
-def _first_row(mask: pl.Series) -> int:
-    return int(mask.arg_true()[0])
-
-
-def _reject_nulls(series: pl.Series, col: str) -> None:
-    if isinstance(series.dtype, pl.List):
-        if not series.null_count() and not series.explode(empty_as_null=False).null_count():
-            return
-        nulls = series.is_null() | series.list.eval(pl.element().is_null().any()).list.first().fill_null(False)
-    elif not series.null_count():
-        return
-    else:
-        nulls = series.is_null()
-    raise ValueError(f"column {col!r} has a null at row {_first_row(nulls)}")
-
-
-def _check_rows(frame: pl.DataFrame, block_size: int, partial_block_keyed: bool) -> None:
-    """The row invariants, on numpy views of the columns (no per-row Python; the slower
-    searches for the offending row run only when a check fails)."""
-    ids = frame["request_id"].to_numpy()
-    if ids.shape[0] > 1 and not (ids[1:] > ids[:-1]).all():  # increasing ids are unique
-        repeat = ~frame["request_id"].is_first_distinct()
-        if repeat.any():
-            row = _first_row(repeat)
-            raise ValueError(f"column 'request_id' has duplicate value {ids[row]} (row {row})")
-    arrival = frame["arrival_s"].to_numpy()
-    bad = ~(np.isfinite(arrival) & (arrival >= 0))
-    if bad.any():
-        row = int(np.argmax(bad))
-        raise ValueError(f"column 'arrival_s' must be finite and >= 0; row {row} has {arrival[row]}")
-    back = arrival[1:] < arrival[:-1]
-    if back.any():
-        row = int(np.argmax(back)) + 1
-        raise ValueError(f"column 'arrival_s' must be non-decreasing (rows in arrival order); "
-                         f"row {row} has {arrival[row]} after {arrival[row - 1]}")
-    rounding = block_size - 1 if partial_block_keyed else 0
-    tokens = frame["input_tokens"].to_numpy()
-    lengths = frame["block_keys"].list.len().to_numpy()
-    token_counts = frame["token_ids"].list.len().to_numpy() if "token_ids" in frame.columns else None
-    for start in range(0, tokens.shape[0], _CHECK_CHUNK):  # chunks: no int64 copy of a whole column
-        part = tokens[start:start + _CHECK_CHUNK].astype(np.int64)
-        expected = (part + rounding) // block_size
-        wrong = lengths[start:start + _CHECK_CHUNK] != expected
-        if wrong.any():
-            row = start + int(np.argmax(wrong))
-            rule = "ceil" if partial_block_keyed else "floor (full blocks only)"
-            raise ValueError(
-                f"row {row}: {lengths[row]} block keys but input_tokens="
-                f"{tokens[row]} needs {rule.split()[0]}({tokens[row]}/{block_size})="
-                f"{expected[row - start]} ({rule})")
-        if token_counts is not None:
-            wrong = token_counts[start:start + _CHECK_CHUNK] != part
-            if wrong.any():
-                row = start + int(np.argmax(wrong))
-                raise ValueError(f"row {row}: token_ids has {token_counts[row]} tokens "
-                                 f"but input_tokens={tokens[row]}")
-
-
-#: Rows checked at a time by :func:`_check_rows`.
-_CHECK_CHUNK = 1 << 20
