@@ -23,16 +23,19 @@ future is known: every block's next use is infinite and the policy is LRU.
 The kernel keeps the next uses of live resident blocks (finite next use) as members of a
 bit tree over flat positions (:func:`kvlab.policies.structs.make_bit_tree`): a next use is a
 position, unique among resident blocks, and the block is the key at that position, so the
-tree needs no ids and a hit is two bit updates (its old next use out, its new one in). The
-largest member (the victim) is tracked with its block id: a new next use beyond it replaces
-it (the id is the block being accessed); when it leaves, the tree's new largest member is
-found and its id read from a small direct-mapped table of recently added ``(position, id)``
-pairs or, failing that, from the trace's ``block_ids`` — a read that is not needed before
-the next eviction, so the memory latency of a far position overlaps the references in
-between. Blocks never used again wait in a FIFO in the order they became dead (a dead block
-is never touched again, so that is LRU order); the victim is the oldest dead block if there
-is one, else the tracked largest next use. Per reference, the kernel keeps an ``int32`` next
-use (up to ``2**31 - 2`` references) and a bit.
+tree needs no ids and a hit is a bit update or two: its new next use goes in, and its old
+one goes out unless it is the position being accessed (always, in forward order), which lies
+below every later next use and is left in the tree, no block's next use. The largest
+member is tracked with its block id: a new next use beyond it replaces it (the id is the
+block being accessed); when it leaves, the tree's new largest member is found and its id
+read from a small direct-mapped table of recently added ``(position, id)`` pairs or,
+failing that, from the trace's ``block_ids`` — a read that is not needed before the next
+eviction, so the memory latency of a far position overlaps the references in between. The
+victim is the largest member that is its block's next use (a left-behind member found
+there, possible only when a request is touched tail first, is dropped and the next tried).
+Blocks never used again wait in a FIFO in the order they became dead (a dead block is never
+touched again, so that is LRU order) and go first, oldest first. Per reference, the kernel
+keeps an ``int32`` next use (up to ``2**31 - 2`` references) and a bit.
 
 On the 600 small id streams of :mod:`kvlab.policies.arc` (one block per request,
 independent lookups, forward order) the hits equal libCacheSim's ``Belady``
@@ -144,7 +147,8 @@ class BeladyState(NamedTuple):
     """Kernel state: ``next_use`` (``int32[num_refs]``, :data:`NEVER32` = none), per block
     ``prio`` (``int32[num_keys]``: -1 not resident, :data:`NEVER32` resident and never used
     again, else the position of its next use after its latest access, a member of the bit
-    tree ``bits``/``levels`` over positions); ``dead`` (``int32[num_keys]``, FIFO of blocks
+    tree ``bits``/``levels`` over positions, which also keeps positions of past hits that
+    are no block's next use); ``dead`` (``int32[num_keys]``, FIFO of blocks
     never used again); ``recent`` (``int64[2**k]``, direct-mapped ``position << 32 | id`` of
     recently added next uses, ``-1`` empty); ``counters`` (``int64[6]``: used, capacity, dead
     head, dead tail, the tree's largest member (-1 if empty) and its block id)."""
@@ -160,9 +164,10 @@ class BeladyState(NamedTuple):
 
 #: The kernel's next use of a reference never followed by another of the same key.
 NEVER32 = np.iinfo(np.int32).max
-#: Entries of the kernel's direct-mapped table of recent next uses: about twice the capacity,
-#: within these bounds (``int64`` each).
-RECENT_MIN, RECENT_MAX = 1 << 10, 1 << 17
+#: Entries of the kernel's direct-mapped table of recent next uses: the power of two above
+#: twice the capacity, within these bounds (``int64`` each; measured best on the Zipf
+#: streams of ``benchmarks/bench_policies_lcs.py``).
+RECENT_MIN, RECENT_MAX = 1 << 12, 1 << 16
 
 
 def next_use_table(flat: FlatTrace, dtype: type = np.int64) -> np.ndarray:
@@ -247,18 +252,22 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
                     victim = np.int64(dead[head])
                     head += 1
                 else:  # every resident block is live: the furthest next use goes
-                    victim = counters[5]
-                    bit_tree_remove(bits, levels, far)
-                    far = bit_tree_max(bits, levels)
-                    if far >= 0:
-                        counters[5] = _block_at(block_ids, recent, far)  # read at the next eviction
+                    while True:  # (a member left behind by a hit is skipped: it is no block's next use)
+                        victim = counters[5]
+                        live = prio[victim] == far
+                        bit_tree_remove(bits, levels, far)
+                        far = bit_tree_max(bits, levels)
+                        if far >= 0:
+                            counters[5] = _block_at(block_ids, recent, far)  # read at the next eviction
+                        if live:
+                            break
                 prio[victim] = -1
                 used -= 1
                 evicted[num_evicted] = victim
                 num_evicted += 1
             used += 1
-        elif old != NEVER32:  # live: its old next use leaves the tree
-            bit_tree_remove(bits, levels, old)
+        elif old != NEVER32 and old != i:  # live: its old next use leaves the tree, unless it is
+            bit_tree_remove(bits, levels, old)  # this very position (below every later next use)
             if old == far:
                 far = bit_tree_max(bits, levels)
                 if far >= 0:
