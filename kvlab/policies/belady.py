@@ -57,7 +57,7 @@ import numpy as np
 from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_count
 from kvlab.policies.base import PolicySpec, register_kernel
-from kvlab.policies.structs import bit_tree_add, bit_tree_max, bit_tree_remove, make_bit_tree
+from kvlab.policies.structs import bit_tree_add, bit_tree_remove, bit_tree_remove_max, make_bit_tree
 from kvlab.traces.flat import FlatTrace
 
 #: Next use of a reference never followed by another of the same key.
@@ -255,8 +255,7 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
                     while True:  # (a member left behind by a hit is skipped: it is no block's next use)
                         victim = counters[5]
                         live = prio[victim] == far
-                        bit_tree_remove(bits, levels, far)
-                        far = bit_tree_max(bits, levels)
+                        far = bit_tree_remove_max(bits, levels, far)
                         if far >= 0:
                             counters[5] = _block_at(block_ids, recent, far)  # read at the next eviction
                         if live:
@@ -267,11 +266,12 @@ def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN
                 num_evicted += 1
             used += 1
         elif old != NEVER32 and old != i:  # live: its old next use leaves the tree, unless it is
-            bit_tree_remove(bits, levels, old)  # this very position (below every later next use)
-            if old == far:
-                far = bit_tree_max(bits, levels)
+            if old == far:  # this very position (below every later next use)
+                far = bit_tree_remove_max(bits, levels, far)
                 if far >= 0:
                     counters[5] = _block_at(block_ids, recent, far)
+            else:
+                bit_tree_remove(bits, levels, old)
         nu = next_use[i]
         prio[x] = nu
         if nu == NEVER32:
