@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
 
@@ -291,6 +291,37 @@ def test_kernel_eviction_order_equals_reference(name, trace, capacity, touch) ->
     """Same victims in the same order, also on unchained traces (keys repeating inside a
     request, varying parents)."""
     assert kernel_eviction_order(trace, name, capacity, touch) == reference_eviction_order(trace, name, capacity, touch)
+
+
+#: Long streams: more than 4,096 references (a bit tree of three levels), many keys per request
+#: and repeats inside a request, so the kernel's table of recent next uses misses too.
+LONG_STREAMS = st.tuples(st.integers(1, 60), st.integers(0, 2**32 - 1), st.integers(1, 6)).map(
+    lambda a: make_trace(_chunks(lcg_stream(a[1], a[0], 5000), a[2]), block_size=1))
+
+
+def _chunks(stream: list[int], size: int) -> list[list[int]]:
+    return [stream[i:i + size] for i in range(0, len(stream), size)]
+
+
+@pytest.mark.parametrize("recent", [1, None], ids=["one-entry-table", "default-table"])
+@settings(max_examples=15, deadline=None)
+@given(trace=LONG_STREAMS, capacity=st.integers(1, 30), touch=TOUCH)
+def test_belady_kernel_equals_reference_on_long_streams(recent, trace, capacity, touch) -> None:
+    """Same victims in the same order when the furthest next use's block must be read from
+    the trace (a table of one entry) as when it mostly comes from the table."""
+    with pytest.MonkeyPatch.context() as patch:
+        if recent is not None:
+            patch.setattr(belady, "RECENT_MIN", recent)
+            patch.setattr(belady, "RECENT_MAX", recent)
+        got = kernel_eviction_order(trace, "belady", capacity, touch)
+    assert got == reference_eviction_order(trace, "belady", capacity, touch)
+
+
+def test_belady_next_use_table_names_a_dtype_too_small() -> None:
+    small = make_trace([[k] for k in range(126)], block_size=1)
+    assert belady.next_use_table(small.flat, np.int8).tolist() == [127] * 126
+    with pytest.raises(ValueError, match="num_refs must be < 127 for an int8 next-use table, got 127"):
+        belady.next_use_table(make_trace([[k] for k in range(127)], block_size=1).flat, np.int8)
 
 
 @given(trace=chained_traces(), capacity=st.integers(0, 40))

@@ -20,10 +20,22 @@ The next-use table is a property of the whole trace, so the reference needs it: 
 own table from them with a dict, independently of the kernel's numpy one. Without it no
 future is known: every block's next use is infinite and the policy is LRU.
 
-The kernel keeps live resident blocks (finite next use) in an indexed binary max-heap on
-the next use, and blocks never used again in a FIFO in the order they became dead (a
-dead block is never touched again, so that is LRU order); the victim is the oldest dead
-block if there is one, else the heap's root.
+The kernel keeps the next uses of live resident blocks (finite next use) as members of a
+bit tree over flat positions (:func:`kvlab.policies.structs.make_bit_tree`): a next use is a
+position, unique among resident blocks, and the block is the key at that position, so the
+tree needs no ids and a hit is a bit update or two: its new next use goes in, and its old
+one goes out unless it is the position being accessed (always, in forward order), which lies
+below every later next use and is left in the tree, no block's next use. The largest
+member is tracked with its block id: a new next use beyond it replaces it (the id is the
+block being accessed); when it leaves, the tree's new largest member is found and its id
+read from a small direct-mapped table of recently added ``(position, id)`` pairs or,
+failing that, from the trace's ``block_ids`` — a read that is not needed before the next
+eviction, so the memory latency of a far position overlaps the references in between. The
+victim is the largest member that is its block's next use (a left-behind member found
+there, possible only when a request is touched tail first, is dropped and the next tried).
+Blocks never used again wait in a FIFO in the order they became dead (a dead block is never
+touched again, so that is LRU order) and go first, oldest first. Per reference, the kernel
+keeps an ``int32`` next use (up to ``2**31 - 2`` references) and a bit.
 
 On the 600 small id streams of :mod:`kvlab.policies.arc` (one block per request,
 independent lookups, forward order) the hits equal libCacheSim's ``Belady``
@@ -45,7 +57,7 @@ import numpy as np
 from kvlab.core.jit import kernel_jit
 from kvlab.core.validate import check_count
 from kvlab.policies.base import PolicySpec, register_kernel
-from kvlab.policies.structs import heap_push, heap_remove, heap_sift
+from kvlab.policies.structs import bit_tree_add, bit_tree_remove, bit_tree_remove_max, make_bit_tree
 from kvlab.traces.flat import FlatTrace
 
 #: Next use of a reference never followed by another of the same key.
@@ -132,25 +144,40 @@ class Belady:
 
 
 class BeladyState(NamedTuple):
-    """Kernel state: ``next_use`` (``int64[num_refs]``, ``NEVER`` = none), per block ``prio``
-    (``int64[num_keys]``, next use after its latest access), ``resident`` (``bool[num_keys]``),
-    ``slot`` (``int32[num_keys]``, index in the live heap, -1 = none); ``heap``
-    (``int32[capacity + 1]``, max-heap on ``prio``); ``dead`` (``int32[num_keys]``, FIFO of
-    blocks never used again); ``counters`` (``int64[5]``: used, capacity, heap size, dead
-    head, dead tail)."""
+    """Kernel state: ``next_use`` (``int32[num_refs]``, :data:`NEVER32` = none), per block
+    ``prio`` (``int32[num_keys]``: -1 not resident, :data:`NEVER32` resident and never used
+    again, else the position of its next use after its latest access, a member of the bit
+    tree ``bits``/``levels`` over positions, which also keeps positions of past hits that
+    are no block's next use); ``dead`` (``int32[num_keys]``, FIFO of blocks
+    never used again); ``recent`` (``int64[2**k]``, direct-mapped ``position << 32 | id`` of
+    recently added next uses, ``-1`` empty); ``counters`` (``int64[6]``: used, capacity, dead
+    head, dead tail, the tree's largest member (-1 if empty) and its block id)."""
 
     next_use: np.ndarray
     prio: np.ndarray
-    resident: np.ndarray
-    slot: np.ndarray
-    heap: np.ndarray
+    bits: np.ndarray
+    levels: np.ndarray
     dead: np.ndarray
+    recent: np.ndarray
     counters: np.ndarray
 
 
-def next_use_table(flat: FlatTrace) -> np.ndarray:
-    """``int64[num_refs]``: for each reference, the flat position of the next reference to
-    the same block, ``NEVER`` if there is none.
+#: The kernel's next use of a reference never followed by another of the same key.
+NEVER32 = np.iinfo(np.int32).max
+#: Entries of the kernel's direct-mapped table of recent next uses: the power of two above
+#: twice the capacity, within these bounds (``int64`` each; measured best on the Zipf
+#: streams of ``benchmarks/bench_policies_lcs.py``).
+RECENT_MIN, RECENT_MAX = 1 << 12, 1 << 16
+
+
+def next_use_table(flat: FlatTrace, dtype: type = np.int64) -> np.ndarray:
+    """``dtype[num_refs]``: for each reference, the flat position of the next reference to
+    the same block; if there is none, the largest ``dtype`` value (:data:`NEVER` for
+    ``int64``, :data:`NEVER32` for ``int32``).
+
+    Raises:
+        ValueError: ``dtype`` cannot hold every position and the marker
+            (``num_refs >= iinfo(dtype).max``).
 
     Example:
         >>> import polars as pl
@@ -159,15 +186,19 @@ def next_use_table(flat: FlatTrace) -> np.ndarray:
         >>> next_use_table(flatten_block_keys(keys, pl.Series([8, 8]), block_size=4)).tolist()[:2]
         [2, 9223372036854775807]
     """
-    table = np.empty(flat.num_refs, dtype=np.int64)
-    _fill_next_uses(flat.block_ids, table, np.full(flat.num_keys, NEVER, dtype=np.int64))
+    never = np.iinfo(dtype).max
+    if flat.num_refs >= never:
+        raise ValueError(f"num_refs must be < {never} for an {np.dtype(dtype).name} next-use table, "
+                         f"got {flat.num_refs}")
+    table = np.empty(flat.num_refs, dtype=dtype)
+    _fill_next_uses(flat.block_ids, table, np.full(flat.num_keys, never, dtype=dtype))
     return table
 
 
 @kernel_jit(nogil=True)
 def _fill_next_uses(block_ids, table, seen):  # noqa: ANN001, ANN202
     """One backward pass: a reference's next use is the latest position seen so far of
-    its block (``seen``, ``NEVER`` at first): O(num_refs), where a stable sort of the ids
+    its block (``seen``, the marker at first): O(num_refs), where a stable sort of the ids
     took 1.8 s on 10 M references."""
     for i in range(block_ids.shape[0] - 1, -1, -1):
         k = block_ids[i]
@@ -177,61 +208,82 @@ def _fill_next_uses(block_ids, table, seen):  # noqa: ANN001, ANN202
 
 def make_state(flat: FlatTrace, capacity_blocks: int) -> BeladyState:
     """Empty state for ``flat.num_keys`` block ids and the given capacity (blocks), with the
-    trace's next-use table."""
+    trace's ``int32`` next-use table.
+
+    Raises:
+        ValueError: the trace has ``2**31 - 1`` references or more.
+    """
     n = flat.num_keys
-    return BeladyState(next_use_table(flat), np.zeros(n, np.int64), np.zeros(n, np.bool_), np.full(n, -1, np.int32),
-                       np.zeros(capacity_blocks + 1, np.int32), np.zeros(n, np.int32),
-                       np.array([0, capacity_blocks, 0, 0, 0], np.int64))
+    bits, levels = make_bit_tree(flat.num_refs)
+    recent = np.full(min(max(1 << (2 * capacity_blocks).bit_length(), RECENT_MIN), RECENT_MAX), -1, np.int64)
+    return BeladyState(next_use_table(flat, np.int32), np.full(n, -1, np.int32), bits, levels,
+                       np.zeros(n, np.int32), recent, np.array([0, capacity_blocks, 0, 0, -1, -1], np.int64))
 
 
 @kernel_jit(inline="always")
-def _later(prio, a, b):  # noqa: ANN001, ANN202 - the heap's order: furthest next use first
-    return prio[a] > prio[b]
+def _block_at(block_ids, recent, j):  # noqa: ANN001, ANN202
+    """The block whose next use is position ``j``: from ``recent`` if it still holds ``j``."""
+    e = recent[j & (recent.shape[0] - 1)]
+    return e & 0xFFFFFFFF if e >> 32 == j else np.int64(block_ids[j])
 
 
 def contains(state, block_id) -> bool:  # noqa: ANN001 - numba hook
-    return state.resident[block_id]
+    return state.prio[block_id] >= 0
 
 
 def access(state, block_ids, start, stop, reverse, evicted) -> int:  # noqa: ANN001 - numba hook
-    next_use, prio, resident, slot, heap, dead = state.next_use, state.prio, state.resident, state.slot, state.heap, \
-        state.dead
+    next_use, prio, bits, levels, dead, recent = state.next_use, state.prio, state.bits, state.levels, state.dead, \
+        state.recent
     counters = state.counters
-    used, capacity, size, head, tail = counters[0], counters[1], counters[2], counters[3], counters[4]
+    used, capacity, head, tail, far = counters[0], counters[1], counters[2], counters[3], counters[4]
+    mask = recent.shape[0] - 1
     num_evicted = 0
     for j in range(stop - start):
         i = stop - 1 - j if reverse else start + j
         x = block_ids[i]
-        if not resident[x]:
+        old = prio[x]
+        if old < 0:
             if capacity == 0:
                 continue
             if used >= capacity:
-                while head < tail and not (resident[dead[head]] and prio[dead[head]] == NEVER):
+                while head < tail and prio[dead[head]] != NEVER32:
                     head += 1  # skip blocks that came back to life (a key repeated in a request)
                 if head < tail:
-                    victim = dead[head]
+                    victim = np.int64(dead[head])
                     head += 1
-                else:
-                    victim = heap[0]
-                    size = heap_remove(heap, slot, 0, size, _later, prio)
-                resident[victim] = False
+                else:  # every resident block is live: the furthest next use goes
+                    while True:  # (a member left behind by a hit is skipped: it is no block's next use)
+                        victim = counters[5]
+                        live = prio[victim] == far
+                        far = bit_tree_remove_max(bits, levels, far)
+                        if far >= 0:
+                            counters[5] = _block_at(block_ids, recent, far)  # read at the next eviction
+                        if live:
+                            break
+                prio[victim] = -1
                 used -= 1
                 evicted[num_evicted] = victim
                 num_evicted += 1
-            resident[x] = True
             used += 1
-        elif slot[x] >= 0:  # live: leaves the heap if dead now, else moves
-            if next_use[i] == NEVER:
-                size = heap_remove(heap, slot, slot[x], size, _later, prio)
-        prio[x] = next_use[i]
-        if prio[x] == NEVER:
+        elif old != NEVER32 and old != i:  # live: its old next use leaves the tree, unless it is
+            if old == far:  # this very position (below every later next use)
+                far = bit_tree_remove_max(bits, levels, far)
+                if far >= 0:
+                    counters[5] = _block_at(block_ids, recent, far)
+            else:
+                bit_tree_remove(bits, levels, old)
+        nu = next_use[i]
+        prio[x] = nu
+        if nu == NEVER32:
             dead[tail] = x
             tail += 1
-        elif slot[x] >= 0:
-            heap_sift(heap, slot, slot[x], size, _later, prio)
         else:
-            size = heap_push(heap, slot, x, size, _later, prio)
-    counters[0], counters[2], counters[3], counters[4] = used, size, head, tail
+            bit_tree_add(bits, levels, nu)
+            recent[nu & mask] = (np.int64(nu) << 32) | x
+            if nu > far:
+                far = nu
+                counters[5] = x
+    counters[0], counters[2], counters[3], counters[4] = used, head, tail, far
     return num_evicted
 
 

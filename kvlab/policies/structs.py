@@ -1,5 +1,5 @@
-"""The two data structures every numba kernel shares: an intrusive doubly linked list and an
-indexed binary heap, over dense ids.
+"""The data structures the numba kernels share: an intrusive doubly linked list, an indexed
+binary heap over dense ids, and a bit tree over positions.
 
 **Lists.** Two arrays ``prev`` and ``next`` (any integer dtype) link entries by index; a list
 is headed by a *sentinel* entry, circular: ``next[sentinel]`` is the first (oldest, least
@@ -23,6 +23,14 @@ passed as an argument, with ``data`` whatever it reads (an array or a tuple of a
 says whether id ``a`` comes before id ``b``. Numba compiles one specialisation per
 ``less``, so a min-heap, a max-heap and a lexicographic order share the code.
 
+**Bit trees.** A set of integers ``0 .. n - 1`` (Belady's next uses, flat reference
+positions) as a 64-ary tree of ``int64`` bit words, all levels in one array ``bits`` with
+``levels[l]`` the offset of level ``l``: level 0 has bit ``j`` for member ``j``, and bit ``w``
+of level ``l + 1`` says word ``w`` of level ``l`` is not zero; the top level is one word.
+Adding, removing and finding (or removing) the largest member touch one word per level (4 levels up to
+16.7 M positions, 5 up to 1.07 G): ``n / 8`` bytes plus 1.6 %, a 32nd of an ``int32`` per
+position.
+
 The functions are compiled inline into each kernel (``inline="always"``), so a kernel
 written with them is the kernel written by hand.
 
@@ -34,11 +42,18 @@ Example:
     >>> list_unlink(prev, nxt, 0)
     >>> int(list_pop_front(prev, nxt, 4)), int(nxt[4]), int(prev[4])
     (2, 3, 3)
+    >>> bits, levels = make_bit_tree(4000)     # members 0..3999: 63 words, then the top word
+    >>> for j in (7, 3999, 64):
+    ...     bit_tree_add(bits, levels, j)
+    >>> bit_tree_remove(bits, levels, 3999)
+    >>> int(bit_tree_max(bits, levels)), levels.tolist()
+    (64, [0, 63])
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numba.cpython.unsafe.numbers import leading_zeros
 
 from kvlab.core.jit import kernel_jit
 
@@ -156,3 +171,72 @@ def heap_remove(heap, slot, i, size, less, data):  # noqa: ANN001, ANN201
         heap[i] = heap[size]
         heap_sift(heap, slot, i, size, less, data)
     return size
+
+
+def make_bit_tree(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """An empty bit tree for members ``0 .. n - 1`` (``n >= 0``): ``bits`` (``int64``, all
+    levels, zero) and ``levels`` (``int64[num_levels]``, each level's first word in ``bits``;
+    level 0 has ``ceil(n / 64)`` words, at least one, and the top level one)."""
+    offsets, total, words = [], 0, max(-(-n // 64), 1)
+    while True:
+        offsets.append(total)
+        total += words
+        if words == 1:
+            return np.zeros(total, dtype=np.int64), np.array(offsets, dtype=np.int64)
+        words = -(-words // 64)
+
+
+@kernel_jit(inline="always")
+def bit_tree_add(bits, levels, j):  # noqa: ANN001, ANN201
+    """Add member ``j`` (setting its bit in each level up to the first word that was not zero)."""
+    for lev in range(levels.shape[0]):
+        o = levels[lev] + (j >> 6)
+        word = bits[o]
+        bits[o] = word | (np.int64(1) << (j & 63))
+        if word != 0:
+            return
+        j >>= 6
+
+
+@kernel_jit(inline="always")
+def bit_tree_remove(bits, levels, j):  # noqa: ANN001, ANN201
+    """Remove member ``j`` (clearing its bit in each level up to the first word left not zero)."""
+    for lev in range(levels.shape[0]):
+        o = levels[lev] + (j >> 6)
+        word = bits[o] & ~(np.int64(1) << (j & 63))
+        bits[o] = word
+        if word != 0:
+            return
+        j >>= 6
+
+
+@kernel_jit(inline="always")
+def bit_tree_max(bits, levels):  # noqa: ANN001, ANN201
+    """The largest member, ``-1`` if the tree is empty: from the top word down, the highest bit."""
+    w = 0
+    for lev in range(levels.shape[0] - 1, -1, -1):
+        word = bits[levels[lev] + w]
+        if word == 0:
+            return -1
+        w = (w << 6) + 63 - leading_zeros(word)
+    return w
+
+
+@kernel_jit(inline="always")
+def bit_tree_remove_max(bits, levels, j):  # noqa: ANN001, ANN201
+    """Remove the largest member ``j`` and return the new largest (``-1`` if none): the
+    search starts at the lowest word left not zero by the removal, which holds it."""
+    lev = 0
+    while lev < levels.shape[0]:
+        o = levels[lev] + (j >> 6)
+        word = bits[o] & ~(np.int64(1) << (j & 63))
+        bits[o] = word
+        if word != 0:
+            w = ((j >> 6) << 6) + 63 - leading_zeros(word)
+            while lev > 0:
+                lev -= 1
+                w = (w << 6) + 63 - leading_zeros(bits[levels[lev] + w])
+            return w
+        j >>= 6
+        lev += 1
+    return -1
