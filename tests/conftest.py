@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -13,6 +14,13 @@ from kvlab.paths import bundled_trace_path
 from kvlab.traces import Trace, load_trace
 
 pytest_plugins = ["redis_server"]  # redis_server, redis_index_factory (tests/redis_server.py)
+
+# The session's compile cache (kvlab.core.jit) lives in this checkout's out/jit-cache unless
+# KVLAB_CACHE_DIR is set: every process of the session (notebook kernels, subprocesses, spawned
+# workers) inherits it and loads what another compiled, and runs of other checkouts sharing
+# ~/.cache/kvlab/jit (each edit is a new digest folder; the oldest are pruned) cannot prune it
+# mid-session. Set here, before any kernel is called.
+os.environ.setdefault("KVLAB_CACHE_DIR", str(Path(__file__).resolve().parent.parent / "out" / "jit-cache"))
 
 # CI runs derandomized (same examples every run); locally `HYPOTHESIS_PROFILE=dev` explores.
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=150,

@@ -127,7 +127,19 @@ def test_charts_carry_the_labels(traces, definitions, tmp_path) -> None:
         save_chart(cache_ratio_chart(definitions), tmp_path, "t2", ("gif",))
 
 
-def test_kvlab_figures_writes_png_and_svg(tmp_path, capsys) -> None:
+def test_kvlab_figures_writes_png_and_svg(tmp_path, capsys, monkeypatch) -> None:
+    """`kvlab figures` on the full bundled traces: the report and the files of Table 2, Figure 9
+    and Table 1. The two cluster figures (Figure 10, Figure 5: the whole traces through the timed
+    cluster, minutes of CPU) run on each trace's first 60 requests here; their files, rows and
+    values are checked in test_demo.py and test_sim_cluster_mooncake.py."""
+    import kvlab.cli.figures
+    from kvlab.sim.cluster import mooncake_figures as cmf
+
+    figure10, scheduler_comparison = cmf.figure10, cmf.scheduler_comparison
+    monkeypatch.setattr(cmf, "figure10", lambda traces, **kw: figure10({n: t.head(60) for n, t in traces.items()},
+                                                                       **kw))
+    monkeypatch.setattr(cmf, "scheduler_comparison", lambda trace, **kw: scheduler_comparison(trace.head(60), **kw))
+    monkeypatch.setattr(kvlab.cli.figures, "CLUSTER_EXECUTOR", "serial")  # no process spawns here
     out = tmp_path / "figs"
     assert main(["figures", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -136,6 +148,7 @@ def test_kvlab_figures_writes_png_and_svg(tmp_path, capsys) -> None:
         assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert "<svg" in (out / f"{name}.svg").read_text()[:400]
         assert pl.read_csv(out / f"{name}.csv").height > 0
+    assert {"figure10.csv", "figure10_runs.csv", "figure5.csv"} <= {p.name for p in out.iterdir()}
     table2 = pl.read_csv(out / "cache_ratio.csv")
     assert json.loads(table2.filter(pl.col("definition") == "token hit ratio").select("trace", "ours").write_json())
 
