@@ -22,7 +22,7 @@ import numpy as np
 from kvlab.core.jit import kernel_jit
 from kvlab.hashing.libcrypto import CTX_BYTES, store_u64
 from kvlab.hashing.sha_ni import engine_functions, pad_sha256, sha256_engine, sha256_spliced
-from kvlab.hashing.vllm_pickle import digest_list
+from kvlab.hashing.vllm_pickle import check_chain_input, digest_list
 
 #: Bytes before the parent: array of 3, byte string of 32.
 _HEAD = 3
@@ -156,11 +156,7 @@ def sha256_cbor_chain_array(parent: bytes, blocks: np.ndarray) -> np.ndarray | N
         >>> out is None or out[0].tobytes() == want
         True
     """
-    if not isinstance(parent, bytes) or len(parent) != 32:
-        raise ValueError(f"parent must be a 32-byte sha256 digest, got {parent!r}")
-    if not isinstance(blocks, np.ndarray) or blocks.dtype != np.uint64 or blocks.ndim != 2:
-        raise ValueError(f"blocks must be a uint64[num_blocks, block_size] array, got "
-                         f"{getattr(blocks, 'dtype', type(blocks).__name__)} {getattr(blocks, 'shape', '')}")
+    check_chain_input(parent, blocks)
     engine = sha256_engine()
     if engine is None:
         return None

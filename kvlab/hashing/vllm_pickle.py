@@ -311,6 +311,19 @@ def chain_without_extras(algo: str, parent: bytes, blocks: np.ndarray) -> list[b
     return hashes
 
 
+def check_chain_input(parent: object, blocks: object) -> None:
+    """The arguments of the sha256 chain kernels (pickle and CBOR payloads).
+
+    Raises:
+        ValueError: ``parent`` not a 32-byte digest, or ``blocks`` not a 2-D ``uint64`` array.
+    """
+    if not isinstance(parent, bytes) or len(parent) != 32:
+        raise ValueError(f"parent must be a 32-byte sha256 digest, got {parent!r}")
+    if not isinstance(blocks, np.ndarray) or blocks.dtype != np.uint64 or blocks.ndim != 2:
+        raise ValueError(f"blocks must be a uint64[num_blocks, block_size] array, got "
+                         f"{getattr(blocks, 'dtype', type(blocks).__name__)} {getattr(blocks, 'shape', '')}")
+
+
 def sha256_chain_array(parent: bytes, blocks: np.ndarray) -> np.ndarray | None:
     """Chained vLLM ``sha256`` block hashes of blocks without extra keys, as one array.
 
@@ -336,11 +349,7 @@ def sha256_chain_array(parent: bytes, blocks: np.ndarray) -> np.ndarray | None:
         >>> out is None or out[0].tobytes().hex()[:16] == '52a7f141c60918f6'
         True
     """
-    if not isinstance(parent, bytes) or len(parent) != 32:
-        raise ValueError(f"parent must be a 32-byte sha256 digest, got {parent!r}")
-    if not isinstance(blocks, np.ndarray) or blocks.dtype != np.uint64 or blocks.ndim != 2:
-        raise ValueError(f"blocks must be a uint64[num_blocks, block_size] array, got "
-                         f"{getattr(blocks, 'dtype', type(blocks).__name__)} {getattr(blocks, 'shape', '')}")
+    check_chain_input(parent, blocks)
     engine = sha256_engine()
     if engine is None:
         return None
