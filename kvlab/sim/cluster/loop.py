@@ -13,7 +13,6 @@ same order, so the frames are identical on and off.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import heapq
 import math
 import time
@@ -22,19 +21,16 @@ from collections import deque
 import numpy as np
 
 from kvlab.engines.vllm.request import Request
-from kvlab.events.types import BlockStored, EventBatch
-from kvlab.index.faults import Delivery
-from kvlab.index.ingest import EventIngestor
-from kvlab.index.memory import InMemoryIndex
-from kvlab.index.types import KNOWN_TIERS
 from kvlab.sim.cluster.coalesce import decode_window
 from kvlab.sim.cluster.config import ClusterConfig
+from kvlab.sim.cluster.estimates import CostEstimates
+from kvlab.sim.cluster.kv_events import KvEventPath
 from kvlab.sim.cluster.links import Link
 from kvlab.sim.cluster.prompts import PromptSource
 from kvlab.sim.cluster.routers import ClusterView, Decision, LeastLoaded, RequestView, Router, WorkerLoad, get_router
 from kvlab.sim.cluster.state import SimRequest
 from kvlab.sim.cluster.tier_store import STORE_POD, build_stores
-from kvlab.sim.cluster.timing import Roofline, StepBatch, StepTime
+from kvlab.sim.cluster.timing import StepBatch, StepTime
 from kvlab.sim.cluster.worker import Plan, Worker
 from kvlab.tiers.cost import offload_time_s
 
@@ -57,8 +53,9 @@ class ClusterLoop:
         self.config = config
         self.prompts = prompts
         self.progress = progress
-        self.time_model = config.time_model or Roofline(model=config.model_spec, gpu=config.gpu, tp=config.tp)
-        self._decode_times = getattr(self.time_model, "decode_step_times", None)
+        self.estimates = CostEstimates(config)
+        self.time_model = self.estimates.time_model
+        self._decode_times = self.estimates.decode_times
         router = config.router if config.router is not None else LeastLoaded()
         self.router: Router = copy.deepcopy(get_router(router) if isinstance(router, str) else router)
         if not isinstance(self.router, Router):
@@ -80,27 +77,21 @@ class ClusterLoop:
         self.next_snapshot = math.inf
         self.snapshot: dict[str, WorkerLoad] | None = None
         faults = config.faults
-        self.faults = copy.deepcopy(faults) if faults is not None else None
         random_faults = faults is not None and (faults.jitter_s or faults.loss_p or faults.duplicate_p or faults.swap_p)
         self.coalesce = config.coalesce_decode and not random_faults
-        self.index = None
-        self.ingestor = None
-        if self.router.uses_index:
-            known = dict.fromkeys([*KNOWN_TIERS, *(t.name.lower() for t in config.tiers)])
-            self.index = InMemoryIndex(tiers=known)
-            self.ingestor = EventIngestor(self.index, block_size=config.block_size)
-        self._root = self.ingestor.hasher.root_key(None) if self.ingestor else 0
+        self.kv_events = KvEventPath(config, prompts, self.router.uses_index,
+                                     lambda t, worker, d: self.push(t, KV_DELIVER, worker, "kv", d))
+        self.index, self.ingestor = self.kv_events.index, self.kv_events.ingestor
         routable = [w.name for w in self.workers if w.role != "decode"]
         decoders = [w.name for w in self.workers if w.role == "decode"]
         self.by_name = {w.name: w for w in self.workers}
-        self.view = ClusterView(routable, decoders, self._loads, self.index,
-                                self._request_keys if self.index is not None else None, self._estimate_prefill_s,
+        request_keys = self.kv_events.request_keys if self.index is not None else None
+        self.view = ClusterView(routable, decoders, self._loads, self.index, request_keys, self.estimates.prefill_s,
                                 np.random.default_rng(config.seed), config.block_size,
-                                self._estimate_transfer_s, self._estimate_decode_s,
+                                self.estimates.transfer_s, self.estimates.decode_s,
                                 shared_pods=[STORE_POD] if config.cache_scope == "global" else [])
         self.done = self.rejected = 0
         self.wall_s = 0.0
-        self.store_seq = 0  # the global store's next KV-event seq
 
     # ------------------------------------------------------------------ heap
     def push(self, t: float, prio: int, worker: int, kind: str, payload: object) -> None:
@@ -117,7 +108,7 @@ class ClusterLoop:
             self.snapshot = {w.name: w.load(self.now) for w in self.workers}  # all idle, before any arrival
             self.next_snapshot = self.requests[0].arrival_s
             self.push(self.next_snapshot, SNAPSHOT, _CLUSTER, "snapshot", None)
-        handlers = {"arrival": self._arrival, "kv": self._deliver, "link": self._link, "step": self._step_end,
+        handlers = {"arrival": self._arrival, "kv": self.kv_events.deliver, "link": self._link, "step": self._step_end,
                     "snapshot": self._snapshot, "enqueue": self._enqueue_event}
         heap = self.heap
         while heap:
@@ -179,13 +170,13 @@ class ClusterLoop:
         bs = self.config.block_size
         held = worker.cached_prefix_blocks(keys)
         blocks = min(decision.transfer_blocks, (req.input_tokens - 1) // bs)  # the last token is computed
-        worker.prefill_pending[i] = self._estimate_prefill_s(req.input_tokens,
+        worker.prefill_pending[i] = self.estimates.prefill_s(req.input_tokens,
                                                              min(max(held, blocks), (req.input_tokens - 1) // bs) * bs)
         if blocks > held:  # the copy sends the blocks the target lacks now
             req.kv_ready_tokens = blocks * bs
             size = (blocks - held) * self.config.block_bytes
             worker.num_incoming += 1
-            self._submit(worker, worker.nic, now, self._estimate_transfer_s(blocks - held),
+            self._submit(worker, worker.nic, now, self.estimates.transfer_s(blocks - held),
                          ("transfer", req, now, size, decision.transfer_from))
             return
         self._enqueue_at(worker, req, now + self.config.arrival_overhead_s)
@@ -241,61 +232,12 @@ class ClusterLoop:
         else:
             self.next_snapshot = math.inf
 
-    def _request_keys(self, request: RequestView) -> list[int]:
-        return self.prompts.request_keys(list(request.engine_keys), self.ingestor.hasher, self._root)
-
-    def _estimate_prefill_s(self, num_tokens: int, cached_tokens: int) -> float:
-        if num_tokens <= cached_tokens:
-            return 0.0
-        return self.time_model.step_time(StepBatch(prefill=[(num_tokens - cached_tokens, cached_tokens)])).step_s
-
-    def _estimate_transfer_s(self, num_blocks: int) -> float:
-        size = num_blocks * self.config.block_bytes
-        return self.config.network.read_time_s(size, num_ops=1 if size else 0)
-
-    def _estimate_decode_s(self, num_decode: int, context_tokens: int) -> float:
-        if num_decode == 0:
-            return 0.0
-        if self._decode_times is not None:
-            return float(self._decode_times(num_decode, np.array([context_tokens]))[0])
-        each, extra = divmod(context_tokens, num_decode)
-        return self.time_model.step_time(StepBatch(decode=[each + (k < extra) for k in range(num_decode)])).step_s
-
     def _index_columns(self, request: RequestView, chosen: Worker) -> tuple[int, int, int]:
         """What the index credited the chosen worker, what it really held, the best worker's hold."""
         credited = self.view.prefix_blocks(request, chosen.name)
         keys = request.engine_keys
         true = {w.name: w.cached_prefix_blocks(keys) for w in self.workers}
         return credited, true[chosen.name], max(true.values())
-
-    # ------------------------------------------------------------------ KV events
-    def _publish(self, worker: Worker, now: float) -> None:
-        """The GPU cache's KV events (with tokens, L18), then its own store's (tier updates, L17)
-        in the same batch; the global store's as the publisher :data:`STORE_POD`."""
-        if self.index is None:
-            return
-        events = [dataclasses.replace(e, token_ids=self.prompts.event_tokens(list(e.block_keys_u64())))
-                  if isinstance(e, BlockStored) else e for e in worker.manager.take_events()]
-        store = worker.store
-        if store is not None and not store.shared and store.store.events:
-            events += store.take_events()
-        if events:
-            self._send(worker.name, worker.kv_event_seq, worker.index, EventBatch(now, events))
-            worker.kv_event_seq += 1
-        if store is not None and store.shared and store.store.events:
-            self._send(STORE_POD, self.store_seq, _CLUSTER, EventBatch(now, store.take_events()))
-            self.store_seq += 1
-
-    def _send(self, pod: str, seq: int, worker: int, batch: EventBatch) -> None:
-        """One batch to the index: at once, or through the fault injector (C18)."""
-        now = batch.ts
-        deliveries = ([Delivery(now, now, pod, seq, batch)] if self.faults is None
-                      else self.faults.inject([(now, pod, seq, batch)]))
-        for d in deliveries:
-            self.push(d.delivered_s, KV_DELIVER, worker, "kv", d)
-
-    def _deliver(self, now: float, d: Delivery) -> None:  # noqa: ARG002
-        self.ingestor.ingest_batch(d.pod, d.seq, d.batch)
 
     # ------------------------------------------------------------------ links
     def _submit(self, worker: Worker, link: Link, now: float, service_s: float, job: tuple) -> None:
@@ -339,7 +281,7 @@ class ClusterLoop:
             req.transfer_s = end - start
             prefill = self.workers[req.worker]
             prefill.manager.free(req.handoff_request)
-            self._publish(prefill, end)
+            self.kv_events.publish(prefill, end)
             self._wake(prefill, end)
             worker.num_incoming -= 1
             self._enqueue(worker, req, end)
@@ -437,7 +379,7 @@ class ClusterLoop:
                 self._handoff(worker, req, now)
             else:
                 worker.append_output(req)
-        self._publish(worker, now)
+        self.kv_events.publish(worker, now)
 
     def _finish(self, worker: Worker, req: SimRequest, now: float) -> None:
         new = worker.finish(req)
