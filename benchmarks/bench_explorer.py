@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -33,11 +32,11 @@ from kvlab.paths import BUNDLED_TRACES
 from kvlab.tiers.replay import replay_tiered
 from kvlab.traces import load_trace
 from kvlab.ui import DesignExplorer
-from report import PhaseTimer, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
+from report import WIDGET_PHASES as PHASES  # noqa: E402 - benchmarks/ is on sys.path
+from report import PhaseTimer, machine_info, write_report
 
 BUDGET_S = 0.200
 SIMULATION_BUDGET_S = 0.030
-PHASES = ("simulate", "summary", "chart_build", "chart_push")
 REPEATS = 7
 
 
@@ -68,23 +67,7 @@ def bench(name: str) -> dict:
     timer = PhaseTimer()
     for method, phase in (("compute", "simulate"), ("summary_html", "summary"), ("make_chart", "chart_build")):
         timer.wrap(panel, method, phase)
-    results = []
-    for control_name, (control, values) in steps.items():
-        times, phases = [], {phase: [] for phase in PHASES}
-        for i in range(REPEATS):
-            timer.take()
-            start = time.process_time()
-            control.value = values[i % 2]
-            total = time.process_time() - start
-            spent = timer.take()
-            spent["chart_push"] = total - sum(spent.values())
-            times.append(total)
-            for phase in PHASES:
-                phases[phase].append(spent.get(phase, 0.0))
-        simulation = [a + b for a, b in zip(phases["simulate"], phases["summary"], strict=True)]
-        results.append({"control": control_name, "median_s": statistics.median(times), "worst_s": max(times),
-                        "first_visit_s": first[control_name], "simulation_median_s": statistics.median(simulation),
-                        **{f"{phase}_median_s": statistics.median(v) for phase, v in phases.items()}})
+    results = timer.time_controls(steps, REPEATS, first)
     start = time.process_time()
     replay_tiered(panel.workload(), panel.tiers(), write_policy=panel.write_policy.value, engine="reference")
     reference_s = time.process_time() - start

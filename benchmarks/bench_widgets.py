@@ -20,7 +20,6 @@ Usage: ``python benchmarks/bench_widgets.py --out out/bench/bench_widgets.json``
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from pathlib import Path
 
@@ -28,11 +27,11 @@ from kvlab.paths import BUNDLED_TRACES
 from kvlab.sim import replay_reference
 from kvlab.traces import load_trace
 from kvlab.ui import ReplayPanel
-from report import PhaseTimer, exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
+from report import WIDGET_PHASES as PHASES  # noqa: E402 - benchmarks/ is on sys.path
+from report import PhaseTimer, exit_unless_met, machine_info, write_report
 
 SIMULATION_BUDGET_S = 0.030
 REPEATS = 7
-PHASES = ("simulate", "summary", "chart_build", "chart_push")
 
 
 def bench(name: str) -> dict:
@@ -54,24 +53,7 @@ def bench(name: str) -> dict:
     timer = PhaseTimer()
     for method, phase in (("compute", "simulate"), ("_show_summary", "summary"), ("_chart", "chart_build")):
         timer.wrap(panel, method, phase)
-    results = []
-    for control_name, (control, values) in steps.items():
-        times, phases = [], {phase: [] for phase in PHASES}
-        for i in range(REPEATS):
-            timer.take()
-            start = time.process_time()
-            control.value = values[i % 2]
-            total = time.process_time() - start
-            spent = timer.take()
-            spent["chart_push"] = total - sum(spent.values())
-            times.append(total)
-            for phase in PHASES:
-                phases[phase].append(spent.get(phase, 0.0))
-        simulation = [a + b for a, b in zip(phases["simulate"], phases["summary"], strict=True)]
-        results.append({"control": control_name, "values": values, "median_s": statistics.median(times),
-                        "worst_s": max(times), "first_visit_s": first[control_name],
-                        "simulation_median_s": statistics.median(simulation),
-                        **{f"{phase}_median_s": statistics.median(v) for phase, v in phases.items()}})
+    results = timer.time_controls(steps, REPEATS, first)
     config = panel.config()
     start = time.process_time()
     replay_reference(trace, config)

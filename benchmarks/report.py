@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -110,3 +111,34 @@ class PhaseTimer:
         """The CPU seconds per phase since the last ``take()``, and reset."""
         spent, self.spent = self.spent, {}
         return spent
+
+    def time_controls(self, steps: dict[str, tuple[object, list]], repeats: int,
+                      first_visit_s: dict[str, float]) -> list[dict[str, object]]:
+        """Move each widget control of ``steps`` (name -> (control, two values)) ``repeats`` times,
+        alternating its two values, and return one row per control: median and worst CPU
+        seconds per change, ``first_visit_s[name]``, the median of each phase in :data:`WIDGET_PHASES`
+        (``chart_push`` is the rest of the change), and ``simulation_median_s``
+        (``simulate`` + ``summary``). Wrap the panel's methods (:meth:`wrap`) first."""
+        results = []
+        for name, (control, values) in steps.items():
+            times, phases = [], {phase: [] for phase in WIDGET_PHASES}
+            for i in range(repeats):
+                self.take()
+                start = time.process_time()
+                control.value = values[i % 2]
+                total = time.process_time() - start
+                spent = self.take()
+                spent["chart_push"] = total - sum(spent.values())
+                times.append(total)
+                for phase in WIDGET_PHASES:
+                    phases[phase].append(spent.get(phase, 0.0))
+            simulation = [a + b for a, b in zip(phases["simulate"], phases["summary"], strict=True)]
+            results.append({"control": name, "values": values, "median_s": statistics.median(times),
+                            "worst_s": max(times), "first_visit_s": first_visit_s[name],
+                            "simulation_median_s": statistics.median(simulation),
+                            **{f"{phase}_median_s": statistics.median(v) for phase, v in phases.items()}})
+        return results
+
+
+#: The phases of a widget change :meth:`PhaseTimer.time_controls` reports.
+WIDGET_PHASES = ("simulate", "summary", "chart_build", "chart_push")

@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from kvlab.core.jit import kernel_jit
-from kvlab.hashing.libcrypto import CTX_BYTES, store_u64
+from kvlab.hashing.libcrypto import store_u64
 from kvlab.hashing.sha_ni import engine_functions, pad_sha256, sha256_engine, sha256_spliced
-from kvlab.hashing.vllm_pickle import check_chain_input, digest_list
+from kvlab.hashing.vllm_pickle import chain_buffers, check_chain_input, digest_list
 
 #: Bytes before the parent: array of 3, byte string of 32.
 _HEAD = 3
@@ -94,12 +94,8 @@ def _sha256_cbor_chain(blocks, parent, long_ints, functions):  # noqa: ANN001, A
     ``b`` is written while block ``b - 1`` is hashed, in two buffers taking turns."""
     num_blocks, block_size = blocks.shape
     size = (_HEAD + 32 + 9 + 9 * block_size + 16 + 72) // 64 * 64 + 64
-    bufs = np.zeros((2, size), np.uint8)
-    ctx = np.zeros(CTX_BYTES, np.uint8)
-    digests = np.empty((num_blocks + 1, 32), np.uint8)  # row 0: the parent
-    words = np.empty(_WORD_BLOCKS * block_size, np.uint64)
+    bufs, ctx, digests, words = chain_buffers(num_blocks, size, _WORD_BLOCKS * block_size, parent)
     tokens = blocks.reshape(-1)
-    digests[0] = parent
     first, c, out = np.uint64(bufs.ctypes.data), np.uint64(ctx.ctypes.data), np.uint64(digests.ctypes.data)
     start = 0
     for k in range(2):

@@ -187,12 +187,8 @@ def _sha256_chain(blocks, parent, long_ints, functions):  # noqa: ANN001, ANN202
     """
     num_blocks, block_size = blocks.shape
     size = (_HEAD + 32 + 8 + 11 * block_size + 16 + 72) // 64 * 64 + 64
-    bufs = np.zeros((2, size), np.uint8)
-    ctx = np.zeros(CTX_BYTES, np.uint8)
-    digests = np.empty((num_blocks + 1, 32), np.uint8)  # row 0: the parent
-    words = np.empty(_WORD_BLOCKS * block_size, np.uint64)
+    bufs, ctx, digests, words = chain_buffers(num_blocks, size, _WORD_BLOCKS * block_size, parent)
     tokens = blocks.reshape(-1)
-    digests[0] = parent
     for k in range(2):
         bufs[k, 0], bufs[k, 1], bufs[k, 2], bufs[k, 11], bufs[k, 12] = 0x80, 0x05, 0x95, 0x43, 32
     first, c, out = np.uint64(bufs.ctypes.data), np.uint64(ctx.ctypes.data), np.uint64(digests.ctypes.data)
@@ -309,6 +305,16 @@ def chain_without_extras(algo: str, parent: bytes, blocks: np.ndarray) -> list[b
         else:
             hashes += [h := digest(p + h + s) for p, s in zip(*parts)]
     return hashes
+
+
+@kernel_jit(inline="always")
+def chain_buffers(num_blocks: int, size: int, num_words: int, parent: np.ndarray) -> tuple:
+    """Scratch of the sha256 chain kernels (pickle and CBOR): two ``size``-byte payload buffers
+    taking turns (zeroed), the libcrypto context, the digests ``uint8[num_blocks + 1, 32]``
+    (row 0: ``parent``) and ``uint64[num_words]`` for the encoded tokens."""
+    digests = np.empty((num_blocks + 1, 32), np.uint8)
+    digests[0] = parent
+    return np.zeros((2, size), np.uint8), np.zeros(CTX_BYTES, np.uint8), digests, np.empty(num_words, np.uint64)
 
 
 def check_chain_input(parent: object, blocks: object) -> None:
