@@ -25,7 +25,7 @@ CONDA_NAMES = {
     "tqdm": "tqdm", "cbor2": "cbor2", "xxhash": "python-xxhash", "blake3": "blake3",
     "msgpack": "msgpack-python", "redis": "redis-py", "hiredis": "hiredis", "dask[distributed]": "distributed",
     "pytest": "pytest", "hypothesis": "hypothesis", "nbmake": "nbmake", "jupyterlab": "jupyterlab",
-    "pyyaml": "pyyaml", "ruff": "ruff",
+    "pyyaml": "pyyaml", "ruff": "ruff", "voila": "voila", "playwright": "playwright",
 }
 #: conda-only additions: the Redis server the tests and ``kvlab events replay --backend redis://`` talk to.
 CONDA_ONLY = {"redis-server"}
