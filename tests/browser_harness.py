@@ -232,20 +232,20 @@ _CELLS_STATE_JS = """nb => {
 }"""
 
 
-def _wait_idle(page: Any, panel: Any, timeout_s: float) -> None:
-    """Wait until the notebook's kernel indicator says idle and every code cell has an execution count."""
-    deadline = time.monotonic() + timeout_s
-    last: dict[str, Any] = {}
+def _wait_idle(page: Any, notebook: Any, indicator: Any, deadline: float) -> dict[str, Any]:
+    """Wait until the kernel is idle with no cell queued (``[*]``) and either every code cell
+    has an execution count, an error is shown, or nothing has changed for 5 s; return the cells' state."""
+    last, since = None, time.monotonic()
     while time.monotonic() < deadline:
-        status = panel.locator(".jp-Notebook-ExecutionIndicator").first.get_attribute("data-status")
-        last = panel.locator(".jp-Notebook").first.evaluate(_CELLS_STATE_JS)
-        done = all(p.startswith("[") and p[1:-2].isdigit() for p in last["prompts"])
-        # after an error "Run All Cells" runs no further cell: idle, nothing queued, an error shown
-        stopped = last["errors"] and not any(p == "[*]:" for p in last["prompts"])
-        if status == "idle" and (done or stopped):
-            return
+        state = notebook.evaluate(_CELLS_STATE_JS)
+        idle = indicator.get_attribute("data-status") == "idle" and "[*]:" not in state["prompts"]
+        if state != last:
+            last, since = state, time.monotonic()
+        done = all(p[1:-2].isdigit() for p in state["prompts"])
+        if idle and (done or state["errors"] or time.monotonic() - since >= 5.0):
+            return state
         page.wait_for_timeout(250)
-    raise TimeoutError(f"notebook still running after {timeout_s:.0f} s; prompts {last.get('prompts')}")
+    raise TimeoutError(f"notebook still running; prompts {last and last['prompts']}")
 
 
 def _wait_kernel_ready(page: Any, panel: Any, timeout_s: float = 120.0) -> None:
@@ -264,37 +264,47 @@ def _wait_kernel_ready(page: Any, panel: Any, timeout_s: float = 120.0) -> None:
     raise TimeoutError(f"the kernel did not become idle within {timeout_s:.0f} s")
 
 
+def _run_menu(page: Any, item: str) -> None:
+    """Click the Run menu, then its item ``item`` (the real mouse)."""
+    page.locator("#jp-MainMenu .lm-MenuBar-item", has_text="Run").first.click()
+    page.locator(".lm-Menu-item:visible", has_text=item).first.click()
+
+
 def run_notebook(page: Any, lab: ServerProcess, name: str, *, timeout_s: float = 300.0) -> list[str]:
     """Open notebook ``name`` (a path under ``lab.root_dir``) in JupyterLab, run all its cells
-    (the Run menu's "Run All Cells", clicked with the mouse) and wait until the kernel is idle and
-    every code cell has an execution count.
+    (the Run menu's "Run All Cells", clicked with the mouse) and wait until the kernel is idle,
+    no cell is queued and every code cell has an execution count (or an error stopped the run).
+    Cells a run skipped without an error (seen when "Run All Cells" races the kernel's start
+    under load) are run again from the first of them ("Run Selected Cell and All Below", at most
+    twice); the kernel dying is reported.
 
     Returns:
         One string per problem found: each error output (a traceback: the saved notebook's
-        ``error`` outputs and any stderr output with a traceback) and each "Error displaying
-        widget" on the page. Empty when the notebook ran cleanly.
+        ``error`` outputs and any stderr output with a traceback), each code cell left unrun,
+        each "Error displaying widget" on the page and each kernel restart in the server log.
+        Empty when the notebook ran cleanly.
 
     Raises:
         TimeoutError: not finished within ``timeout_s``.
     """
+    deadline = time.monotonic() + timeout_s
     page.goto(f"{lab.url}lab/tree/{name}?token={lab.token}")
     panel = page.locator(".jp-NotebookPanel:visible").first
-    notebook = panel.locator(".jp-Notebook").first
+    notebook, indicator = panel.locator(".jp-Notebook").first, panel.locator(".jp-Notebook-ExecutionIndicator").first
     notebook.wait_for(timeout=120_000)
-    for _attempt in range(5):  # "Run All Cells" before the kernel is connected runs nothing: try again
+    _wait_kernel_ready(page, panel)
+    _run_menu(page, "Run All Cells")
+    for _attempt in range(2):
+        state = _wait_idle(page, notebook, indicator, deadline)
+        unrun = [i for i, p in enumerate(state["prompts"]) if not p[1:-2].isdigit()]
+        if not unrun or state["errors"]:
+            break
         _wait_kernel_ready(page, panel)
-        page.locator("#jp-MainMenu .lm-MenuBar-item", has_text="Run").first.click()
-        page.locator(".lm-Menu-item:visible", has_text="Run All Cells").first.click()
-        for _ in range(40):
-            page.wait_for_timeout(250)
-            if any(p != "[ ]:" for p in notebook.evaluate(_CELLS_STATE_JS)["prompts"]):
-                break
-        else:
-            continue
-        break
+        notebook.locator(".jp-CodeCell .jp-InputArea-prompt").nth(unrun[0]).click()
+        _run_menu(page, "Run Selected Cell and All Below")
+        page.wait_for_timeout(1000)
     else:
-        raise TimeoutError(f"Run All Cells did not start {name}; server log tail:\n{lab.log_tail()}")
-    _wait_idle(page, panel, timeout_s)
+        state = _wait_idle(page, notebook, indicator, deadline)
     page.wait_for_timeout(500)  # let widget views finish rendering
     state = notebook.evaluate(_CELLS_STATE_JS)
     problems = list(state["errors"])
@@ -314,6 +324,8 @@ def run_notebook(page: Any, lab: ServerProcess, name: str, *, timeout_s: float =
             if out.get("output_type") == "error":
                 problems.append(f"cell {i}: {out.get('ename')}: {out.get('evalue')}")
     problems += [f"widget: {t}" for t in page.get_by_text("Error displaying widget").all_inner_texts()]
+    problems += [f"server: {line}" for line in lab.log_tail(400).splitlines()
+                 if "restarting kernel" in line.lower() or "kernel died" in line.lower()]
     return problems
 
 
@@ -345,9 +357,8 @@ def drag_slider(page: Any, slider_locator: Any, fraction: float) -> str | None:
 
 
 def choose_dropdown(page: Any, select_locator: Any, label: str) -> None:
-    """Choose the option ``label`` of an ipywidgets Dropdown with the keyboard: focus its
-    ``<select>`` and press ArrowDown / ArrowUp until ``label`` is selected (each key press
-    changes the value, as a user stepping through the options would).
+    """Choose the option ``label`` of an ipywidgets Dropdown with the keyboard: click its
+    ``<select>`` (the option list opens), press ArrowDown / ArrowUp to ``label``, then Enter.
 
     Raises:
         ValueError: ``label`` is not one of the options (the message lists them).
@@ -357,11 +368,11 @@ def choose_dropdown(page: Any, select_locator: Any, label: str) -> None:
     options, current = select.evaluate("s => [[...s.options].map(o => o.text), s.selectedIndex]")
     if label not in options:
         raise ValueError(f"label {label!r} is not an option of the dropdown (options: {options})")
-    select.scroll_into_view_if_needed()
-    select.focus()
-    steps = options.index(label) - current
+    select.click()  # opens the option list; focusing alone is not enough: in a notebook in command mode
+    steps = options.index(label) - current  # JupyterLab takes the arrow keys (they move the active cell)
     for _ in range(abs(steps)):
         page.keyboard.press("ArrowDown" if steps > 0 else "ArrowUp")
+    page.keyboard.press("Enter")
     chosen = select.evaluate("s => s.options[s.selectedIndex].text")
     if chosen != label:
         raise RuntimeError(f"the keyboard selected {chosen!r}, not {label!r}")
