@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench lab clean redis-server
+.PHONY: demo test lint bench lab clean redis-server chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,13 +24,20 @@ redis-server:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server; }
 
+## Debian's chromium, for the browser tests (tests/test_browser.py drives it with Playwright; its own browser download is never used)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || [ -n "$$KVLAB_CHROMIUM" ] || { \
+	  echo "installing Debian's chromium (the browser tests)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
+
 ## make lint — ruff (rules in pyproject.toml [tool.ruff]) on the package, the tests and the benchmarks
 lint: $(STAMP)
 	$(BIN)/ruff check kvlab tests benchmarks
 
 ## make test — lint first, then unit, property, golden and doctest suites plus every notebook (smoke mode)
-test: lint $(STAMP) redis-server
-	KVLAB_SMOKE=1 $(BIN)/python -m pytest -q --nbmake --nbmake-timeout=300 tests kvlab notebooks
+test: lint $(STAMP) redis-server chromium
+	KVLAB_SMOKE=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/python -m pytest -q --nbmake --nbmake-timeout=300 tests kvlab notebooks
 
 ## make bench — every benchmark (benchmarks/bench_*.py) against its named anchor, then a table of every target met/missed; exit 1 if any missed or crashed. JSON in out/bench/; one or some: make bench ONLY="replay hashing"
 bench: $(STAMP)
