@@ -9,7 +9,7 @@ or Ctrl-C; ports are free loopback ports, every directory a server writes is a t
 API:
     chromium_path(), need_browser()      where the browser is; skip, or fail under ``CI=true``
     ServerProcess(argv, ready_url=...)   a server process group, ready once ``ready_url`` is 200
-    free_port()                          a free port on 127.0.0.1
+    free_port()                          a free port on 127.0.0.1 (both from ``tests/server_process.py``)
     jupyter_lab(root_dir, env=...)       JupyterLab on ``root_dir`` (``.url``, ``.token``, ``.root_dir``)
     browser_page(chromium)               a Playwright page; its console errors in ``page_errors``
     run_notebook(page, lab, name)        open, run all cells, wait; the error outputs it shows
@@ -25,17 +25,18 @@ import json
 import os
 import secrets
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from server_process import ServerProcess, free_port  # tests/ is on sys.path
+
+__all__ = ["CHART_SELECTOR", "ServerProcess", "browser_page", "chart_locator", "chart_snapshot", "choose_dropdown",
+           "chromium_path", "drag_slider", "free_port", "jupyter_lab", "need_browser", "run_notebook", "time_repaint"]
 
 INSTALL_HINT = ("apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
                 "chromium (make test and .ci/run do this)")
@@ -64,96 +65,6 @@ def need_browser() -> str:
             pytest.fail(f"CI=true but no chromium is installed; the browser tests must run in CI: {INSTALL_HINT}")
         pytest.skip(f"no chromium: {INSTALL_HINT}")
     return path
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (bound to port 0 and released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class ServerProcess:
-    """A server started in its own process group, ready once ``ready_url`` answers HTTP 200.
-
-    A context manager: ``__enter__`` starts ``argv`` (stdout and stderr to a temp log file) and
-    polls ``ready_url`` every 0.2 s; ``__exit__`` kills the whole group (SIGTERM, SIGKILL after
-    5 s) whatever happened, also on ``KeyboardInterrupt``, then removes ``cleanup_dirs``.
-
-    Args:
-        argv: the command. ready_url: polled until it answers 200. env: the environment
-            (default: this process's). cwd: working directory. timeout_s: how long to wait.
-        cleanup_dirs: directories removed after the server stopped (its temp state).
-
-    Raises:
-        RuntimeError: the process exited, or ``ready_url`` did not answer 200 within
-            ``timeout_s`` (the message has the log's last lines).
-    """
-
-    def __init__(self, argv: Sequence[str], *, ready_url: str, env: Mapping[str, str] | None = None,
-                 cwd: str | Path | None = None, timeout_s: float = 120.0,
-                 cleanup_dirs: Sequence[str | Path] = ()) -> None:
-        self.argv, self.ready_url, self.env, self.cwd = list(argv), ready_url, env, cwd
-        self.timeout_s, self.cleanup_dirs = timeout_s, list(cleanup_dirs)
-        self.proc: subprocess.Popen | None = None
-        self.log_path: Path | None = None
-
-    def __enter__(self) -> ServerProcess:
-        try:
-            fd, log = tempfile.mkstemp(prefix="kvlab-server-", suffix=".log")
-            self.log_path = Path(log)
-            with os.fdopen(fd, "wb") as out:
-                self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             env=None if self.env is None else dict(self.env), cwd=self.cwd,
-                                             start_new_session=True)
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.argv[0]} exited with status {self.proc.returncode} before "
-                                   f"{self.ready_url} answered; log tail:\n{self.log_tail()}")
-            with contextlib.suppress(OSError, urllib.error.URLError):
-                with urllib.request.urlopen(self.ready_url, timeout=2) as response:  # noqa: S310 - loopback
-                    if response.status == 200:
-                        return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.ready_url} did not answer 200 within {self.timeout_s:.0f} s; "
-                                   f"log tail:\n{self.log_tail()}")
-            time.sleep(0.2)
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The last ``lines`` lines of the server's log."""
-        if self.log_path is None or not self.log_path.exists():
-            return "(no log)"
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        """Kill the process group (SIGTERM, then SIGKILL after 5 s), remove the temp state. Idempotent."""
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, sig)
-                try:
-                    proc.wait(timeout=wait_s)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-            with contextlib.suppress(ProcessLookupError):  # children left in the group after the leader exited
-                os.killpg(proc.pid, signal.SIGKILL)
-        for path in self.cleanup_dirs:
-            shutil.rmtree(path, ignore_errors=True)
-        self.cleanup_dirs = []
 
 
 #: User settings of the lab under test: no news or update popups; every cell in the DOM.
@@ -248,20 +159,25 @@ def _wait_idle(page: Any, notebook: Any, indicator: Any, deadline: float) -> dic
     raise TimeoutError(f"notebook still running; prompts {last and last['prompts']}")
 
 
-def _wait_kernel_ready(page: Any, panel: Any, timeout_s: float = 120.0) -> None:
-    """Wait until the notebook's kernel indicator has said idle for 1 s in a row (it says idle
-    for a moment before the kernel connects)."""
+def _wait_kernel_ready(page: Any, panel: Any, lab: ServerProcess, name: str, timeout_s: float = 120.0) -> None:
+    """Wait until the server has a session for notebook ``name`` whose kernel is idle and the
+    page's kernel indicator has said idle for 1 s in a row (it says idle before the kernel starts;
+    "Run All Cells" then runs nothing)."""
     deadline, since = time.monotonic() + timeout_s, None
     indicator = panel.locator(".jp-Notebook-ExecutionIndicator").first
+    sessions_url = f"{lab.url}api/sessions?token={lab.token}"
     while time.monotonic() < deadline:
-        if indicator.get_attribute("data-status") == "idle":
+        with urllib.request.urlopen(sessions_url, timeout=5) as response:  # noqa: S310 - loopback
+            states = [s["kernel"]["execution_state"] for s in json.load(response)
+                      if s.get("path") == name and s.get("kernel")]
+        if states == ["idle"] and indicator.get_attribute("data-status") == "idle":
             since = since or time.monotonic()
             if time.monotonic() - since >= 1.0:
                 return
         else:
             since = None
         page.wait_for_timeout(100)
-    raise TimeoutError(f"the kernel did not become idle within {timeout_s:.0f} s")
+    raise TimeoutError(f"the kernel of {name} did not become idle within {timeout_s:.0f} s")
 
 
 def _run_menu(page: Any, item: str) -> None:
@@ -292,14 +208,15 @@ def run_notebook(page: Any, lab: ServerProcess, name: str, *, timeout_s: float =
     panel = page.locator(".jp-NotebookPanel:visible").first
     notebook, indicator = panel.locator(".jp-Notebook").first, panel.locator(".jp-Notebook-ExecutionIndicator").first
     notebook.wait_for(timeout=120_000)
-    _wait_kernel_ready(page, panel)
+    _wait_kernel_ready(page, panel, lab, name)
     _run_menu(page, "Run All Cells")
     for _attempt in range(2):
         state = _wait_idle(page, notebook, indicator, deadline)
         unrun = [i for i, p in enumerate(state["prompts"]) if not p[1:-2].isdigit()]
         if not unrun or state["errors"]:
             break
-        _wait_kernel_ready(page, panel)
+        print(f"run_notebook: {name}: code cells {unrun} skipped without an error; running again from {unrun[0]}")
+        _wait_kernel_ready(page, panel, lab, name)
         notebook.locator(".jp-CodeCell .jp-InputArea-prompt").nth(unrun[0]).click()
         _run_menu(page, "Run Selected Cell and All Below")
         page.wait_for_timeout(1000)
@@ -384,14 +301,19 @@ _SNAPSHOT_JS = """el => {
   const root = el.matches('.vega-embed') ? el : (el.querySelector('.vega-embed') || el);
   const svg = root.querySelector('svg.marks') || root.querySelector('.chart-wrapper svg');
   if (svg) return svg.outerHTML;
-  const canvas = root.querySelector('canvas');
+  const canvas = root.querySelector('canvas.marks') || root.querySelector('canvas');
   return canvas ? canvas.toDataURL() : '';
 }"""
 
 
+#: A chart: a vega-embed, or whatever directly holds a Vega view's ``svg.marks`` / ``canvas.marks``.
+CHART_SELECTOR = ".vega-embed, :has(> svg.marks), :has(> canvas.marks)"
+
+
 def chart_locator(output: Any) -> Any:
-    """The chart of a panel: the first ``.vega-embed`` inside ``output`` (the panel's output area)."""
-    return output.locator(".vega-embed").first
+    """The chart of a panel: the first :data:`CHART_SELECTOR` match (a ``.vega-embed``) inside
+    ``output`` (the panel's output area)."""
+    return output.locator(CHART_SELECTOR).first
 
 
 def chart_snapshot(locator: Any) -> str:

@@ -16,17 +16,23 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import server_process
 from browser_harness import (
+    CHART_SELECTOR,
+    ServerProcess,
     browser_page,
     chart_locator,
     chart_snapshot,
     choose_dropdown,
     drag_slider,
+    free_port,
     jupyter_lab,
     need_browser,
     run_notebook,
@@ -62,7 +68,7 @@ def page(chromium: str) -> Iterator[Any]:
 def panel_output(page: Any, *, has: str) -> Any:
     """The output area of the (first) widget panel with a slider, a chart and ``has`` (a selector)."""
     return (page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output")
-            .filter(has=page.locator(".widget-slider")).filter(has=page.locator(".vega-embed"))
+            .filter(has=page.locator(".widget-slider")).filter(has=page.locator(CHART_SELECTOR))
             .filter(has=page.locator(has)).first)
 
 
@@ -123,3 +129,34 @@ def test_harness_reports_a_failing_cell(lab: Any, page: Any) -> None:
     problems = run_notebook(page, lab, "raises.ipynb", timeout_s=60)
     assert any("ValueError" in p and "boom from the harness test" in p for p in problems), problems
     assert any(p.startswith("code cell 2: not run") for p in problems), problems
+
+
+def test_server_process_start_failure_raises_with_the_log(tmp_path: Path) -> None:
+    """A server that dies before it is ready raises at once, with the end of its log."""
+    argv = [sys.executable, "-c", "import sys; print('bad flag --nope'); sys.exit(3)"]
+    with pytest.raises(RuntimeError, match=r"exited with status 3(.|\n)*bad flag --nope"):
+        with ServerProcess(argv, ready_url=f"http://127.0.0.1:{free_port()}/", cwd=tmp_path, timeout_s=30):
+            pass
+
+
+def test_server_process_kills_its_whole_tree(tmp_path: Path) -> None:
+    """On exit the server's group is killed, and so is a child it started in a session of its own
+    that ignores SIGTERM (as Jupyter starts kernels)."""
+    port = free_port()
+    code = ("import http.server, signal, subprocess, sys, time\n"
+            "subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, "
+            "signal.SIG_IGN); time.sleep(600)'], start_new_session=True)\n"
+            f"http.server.test(HandlerClass=http.server.SimpleHTTPRequestHandler, port={port}, bind='127.0.0.1')\n")
+    with ServerProcess([sys.executable, "-c", code], ready_url=f"http://127.0.0.1:{port}/", cwd=tmp_path,
+                       timeout_s=60) as server:
+        pids = [server.proc.pid]
+        for _ in range(100):  # the child may still be starting
+            children = [pid for pid, _ in server_process._descendants(pids[0])]
+            if children:
+                break
+            time.sleep(0.05)
+        pids += children
+    assert len(pids) == 2
+    for pid in pids:  # gone, or a zombie waiting to be reaped
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
