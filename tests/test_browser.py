@@ -160,3 +160,20 @@ def test_server_process_kills_its_whole_tree(tmp_path: Path) -> None:
     for pid in pids:  # gone, or a zombie waiting to be reaped
         stat = Path(f"/proc/{pid}/stat")
         assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.mark.parametrize("ci", ["true", None])
+def test_missing_browser_fails_under_ci_else_skips(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                   ci: str | None) -> None:
+    """Without chromium the browser tests skip, except under CI=true, where they fail with the
+    install command (CI must run them)."""
+    monkeypatch.delenv("KVLAB_CHROMIUM", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+        with pytest.raises(pytest.skip.Exception, match="no chromium"):
+            need_browser()
+    else:
+        monkeypatch.setenv("CI", ci)
+        with pytest.raises(pytest.fail.Exception, match="apt-get install -y --no-install-recommends chromium"):
+            need_browser()
