@@ -42,8 +42,8 @@ def test_voila_argv_serves_the_page_at_that_address_only() -> None:
     argv = voila_argv(Path("/tmp/x/kvlab-dashboard.ipynb"), port=8123, ip="127.0.0.1", open_browser=False,
                       python="/venv/bin/python")
     assert argv == ["/venv/bin/python", "-m", "voila", "/tmp/x/kvlab-dashboard.ipynb", "--port=8123",
-                    "--Voila.ip=127.0.0.1", "--Voila.port_retries=0", "--preheat_kernel=True",
-                    "--strip_sources=True", "--theme=light", f"--template={TEMPLATE_NAME}",
+                    "--Voila.ip=127.0.0.1", "--Voila.connection_dir_root=/tmp/x", "--Voila.port_retries=0",
+                    "--preheat_kernel=True", "--strip_sources=True", "--theme=light", f"--template={TEMPLATE_NAME}",
                     f"--MappingKernelManager.cull_idle_timeout={CULL_IDLE_S}",
                     "--MappingKernelManager.cull_interval=60", "--no-browser"]
     opened = voila_argv(Path("nb.ipynb"), port=1, ip="0.0.0.0", open_browser=True)

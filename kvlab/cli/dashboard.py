@@ -139,8 +139,11 @@ def write_page(folder: Path, trace: str) -> Path:
 
 def voila_argv(notebook: Path, *, port: int, ip: str, open_browser: bool, python: str | None = None) -> list[str]:
     """The command that serves ``notebook`` on Voilà: at ``ip``:``port`` exactly (no other port
-    tried), sources stripped, the light theme and kvlab's template, idle orphan kernels culled."""
+    tried), a kernel started and run before the first visitor (preheated), sources stripped, the light
+    theme and kvlab's template, idle orphan kernels culled; the kernels' connection files beside
+    the notebook (their command lines name its folder)."""
     argv = [python or sys.executable, "-m", "voila", str(notebook), f"--port={port}", f"--Voila.ip={ip}",
+            f"--Voila.connection_dir_root={notebook.parent}",
             "--Voila.port_retries=0", "--preheat_kernel=True", "--strip_sources=True", "--theme=light",
             f"--template={TEMPLATE_NAME}", f"--MappingKernelManager.cull_idle_timeout={CULL_IDLE_S}",
             "--MappingKernelManager.cull_interval=60"]
