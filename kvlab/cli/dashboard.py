@@ -61,7 +61,7 @@ _TEMPLATE = """\
     --jp-widgets-font-size: 16px;
     --jp-widgets-inline-height: 32px;
     --jp-widgets-inline-label-width: 130px;
-    --jp-widgets-inline-width: 380px;
+    --jp-widgets-inline-width: 400px;
     --jp-widgets-slider-handle-size: 20px;
   }
   body.jp-Notebook .widget-tab > .p-TabBar .p-TabBar-tab,
