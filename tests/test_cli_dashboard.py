@@ -56,10 +56,9 @@ def test_write_page_one_cell_and_the_template(tmp_path: Path) -> None:
     nb = nbformat.read(notebook, as_version=4)
     (cell,) = nb.cells
     assert cell.cell_type == "code"
-    assert cell.source.splitlines() == ["from kvlab.ui.dashboard import Dashboard",
-                                        "from kvlab.viz import use_offline_rendering", "",
-                                        "use_offline_rendering()  # the Vega libraries from the kernel: no internet "
-                                        "needed", "Dashboard('/data/my trace.jsonl')"]
+    assert cell.source.splitlines() == ["from kvlab.ui.dashboard import Dashboard, prepare_page", "",
+                                        "prepare_page()  # the Vega libraries from the kernel, before the page asks: "
+                                        "no internet needed", "Dashboard('/data/my trace.jsonl')"]
     template = tmp_path / "share" / "jupyter" / "voila" / "templates" / TEMPLATE_NAME
     assert json.loads((template / "conf.json").read_text()) == {"base_template": "lab"}
     text = (template / "index.html.j2").read_text()

@@ -171,3 +171,18 @@ def test_starting_file_and_bad_arguments(tmp_path: Path) -> None:
     (tmp_path / "bad.jsonl").write_bytes(BAD)
     with pytest.raises(TraceFormatError, match=r"bad\.jsonl:2: missing field 'output_length'"):
         Dashboard(str(tmp_path / "bad.jsonl"))
+
+
+def test_prepare_page_renders_offline() -> None:
+    import altair as alt
+
+    from kvlab.ui.dashboard import prepare_page
+
+    active, options = alt.renderers.active, alt.renderers.options
+    try:
+        prepare_page()
+        assert alt.renderers.active == "jupyter" and alt.renderers.options == {"offline": True}
+    finally:
+        alt.renderers.enable(active, **options)
+    if importlib.util.find_spec("kvlab.viz.live") is not None:  # LiveChart's runtime already built
+        assert importlib.import_module("kvlab.viz.live").vega_runtime.cache_info().currsize == 1

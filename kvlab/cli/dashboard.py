@@ -39,10 +39,9 @@ TEMPLATE_NAME = "kvlab-dashboard"
 CULL_IDLE_S = 600
 
 _CELL = """\
-from kvlab.ui.dashboard import Dashboard
-from kvlab.viz import use_offline_rendering
+from kvlab.ui.dashboard import Dashboard, prepare_page
 
-use_offline_rendering()  # the Vega libraries from the kernel: no internet needed
+prepare_page()  # the Vega libraries from the kernel, before the page asks: no internet needed
 Dashboard({trace!r})
 """
 
