@@ -141,3 +141,16 @@ def test_runs_voila_on_the_page_and_cleans_up(monkeypatch, capsys) -> None:
     assert ran["env"]["JUPYTER_PATH"].split(":")[0] == str(ran["folder"] / "share" / "jupyter")
     assert not ran["folder"].exists()  # the temporary folder is removed
     assert capsys.readouterr().out == f"kvlab dashboard: conversation at http://127.0.0.1:{port}/  (Ctrl-C stops it)\n"
+
+
+def test_no_browser_opened_without_a_display(monkeypatch, capsys) -> None:
+    ran = []
+    monkeypatch.setattr(cli_dashboard, "_serve", lambda argv, env: ran.append(argv) or 0)
+    monkeypatch.setattr(cli_dashboard, "can_open_browser", lambda: False)
+    port = free_port()
+    assert main(["dashboard", "synthetic", "--port", str(port)]) == 0
+    assert "--no-browser" in ran[0]
+    assert capsys.readouterr().out.endswith("(Ctrl-C stops it; no display here: open it in a browser)\n")
+    monkeypatch.setattr(cli_dashboard, "can_open_browser", lambda: True)
+    assert main(["dashboard", "synthetic", "--port", str(port)]) == 0
+    assert "--no-browser" not in ran[1]

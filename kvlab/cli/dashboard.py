@@ -93,7 +93,8 @@ def add_dashboard_parser(sub: argparse._SubParsersAction) -> None:
     dash.add_argument("--ip", default="127.0.0.1",
                       help="address to listen on (default 127.0.0.1; 0.0.0.0: every interface — no token: anyone "
                            "who reaches it runs the page's kernel)")
-    dash.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+    dash.add_argument("--no-browser", action="store_true",
+                      help="do not open a web browser (none is opened without a display either)")
 
 
 def trace_argument(text: str, folder: Path, stdin: object = None) -> str:
@@ -186,6 +187,20 @@ def check_listen(ip: str, port: int) -> None:
                              f"pick another --port") from None
 
 
+def can_open_browser(environ: dict[str, str] | None = None, platform: str | None = None) -> bool:
+    """Whether a graphical browser can be opened here: macOS, Windows, or a display
+    (``DISPLAY`` / ``WAYLAND_DISPLAY``). On a headless machine Python's ``webbrowser`` would
+    pick a text browser (``www-browser``, ``lynx``) and take over the terminal.
+
+    Example:
+        >>> can_open_browser({}, "linux"), can_open_browser({"DISPLAY": ":0"}, "linux"), can_open_browser({}, "darwin")
+        (False, True, True)
+    """
+    environ = os.environ if environ is None else environ
+    platform = sys.platform if platform is None else platform
+    return platform in ("darwin", "win32") or bool(environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"))
+
+
 def run_dashboard(args: argparse.Namespace) -> int:
     """``kvlab dashboard``: check the arguments, serve the page until Ctrl-C / SIGTERM; Voilà's exit status.
 
@@ -197,8 +212,11 @@ def run_dashboard(args: argparse.Namespace) -> int:
         trace = trace_argument(args.trace, folder)
         check_listen(args.ip, args.port)
         notebook = write_page(folder, trace)
-        argv = voila_argv(notebook, port=args.port, ip=args.ip, open_browser=not args.no_browser)
-        print(f"kvlab dashboard: {args.trace} at {dashboard_url(args.ip, args.port)}  (Ctrl-C stops it)", flush=True)
+        open_browser = not args.no_browser and can_open_browser()
+        argv = voila_argv(notebook, port=args.port, ip=args.ip, open_browser=open_browser)
+        how = "" if open_browser or args.no_browser else "; no display here: open it in a browser"
+        print(f"kvlab dashboard: {args.trace} at {dashboard_url(args.ip, args.port)}  (Ctrl-C stops it{how})",
+              flush=True)
         return _serve(argv, voila_env(folder))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -228,5 +246,5 @@ def _serve(argv: list[str], env: dict[str, str]) -> int:
             process.wait()
 
 
-__all__ = ["add_dashboard_parser", "check_listen", "dashboard_url", "run_dashboard", "trace_argument",
-           "voila_argv", "voila_env", "write_page"]
+__all__ = ["add_dashboard_parser", "can_open_browser", "check_listen", "dashboard_url", "run_dashboard",
+           "trace_argument", "voila_argv", "voila_env", "write_page"]
