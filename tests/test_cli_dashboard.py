@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -127,7 +128,8 @@ def test_bad_port_is_an_argument_error(port: str, capsys) -> None:
 def test_runs_voila_on_the_page_and_cleans_up(monkeypatch, capsys) -> None:
     ran = {}
 
-    def serve(argv: list[str], env: dict[str, str]) -> int:
+    def serve(argv: list[str], env: dict[str, str], folder: Path) -> int:
+        assert folder == Path(argv[3]).parent
         notebook = Path(argv[3])
         ran.update(argv=argv, env=env, folder=notebook.parent, cell=nbformat.read(notebook, as_version=4).cells[0])
         return 0
@@ -145,7 +147,7 @@ def test_runs_voila_on_the_page_and_cleans_up(monkeypatch, capsys) -> None:
 
 def test_no_browser_opened_without_a_display(monkeypatch, capsys) -> None:
     ran = []
-    monkeypatch.setattr(cli_dashboard, "_serve", lambda argv, env: ran.append(argv) or 0)
+    monkeypatch.setattr(cli_dashboard, "_serve", lambda argv, env, folder: ran.append(argv) or 0)
     monkeypatch.setattr(cli_dashboard, "can_open_browser", lambda: False)
     port = free_port()
     assert main(["dashboard", "synthetic", "--port", str(port)]) == 0
@@ -154,3 +156,22 @@ def test_no_browser_opened_without_a_display(monkeypatch, capsys) -> None:
     monkeypatch.setattr(cli_dashboard, "can_open_browser", lambda: True)
     assert main(["dashboard", "synthetic", "--port", str(port)]) == 0
     assert "--no-browser" not in ran[1]
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs Linux /proc")
+def test_kernels_are_found_by_folder_and_stopped(tmp_path: Path) -> None:
+    """Voilà's kernels run in sessions of their own: the command finds them by its folder."""
+    import subprocess
+
+    fake = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "ipykernel_launcher", "-f",
+                             str(tmp_path / "voila_x" / "kernel-1.json")])
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", str(tmp_path)])  # no kernel
+    try:
+        assert cli_dashboard.kernel_pids(tmp_path) == [fake.pid]
+        cli_dashboard._signal_kernels(tmp_path, signal.SIGTERM)
+        assert fake.wait(timeout=30) == -signal.SIGTERM
+        assert cli_dashboard.kernel_pids(tmp_path) == [] and other.poll() is None
+    finally:
+        for proc in (fake, other):
+            proc.kill()
+            proc.wait()

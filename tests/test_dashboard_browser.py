@@ -28,6 +28,8 @@ from browser_harness import (
     need_browser,
 )
 
+from kvlab.cli.dashboard import kernel_pids
+
 ROOT = Path(__file__).resolve().parent.parent
 BAD = b'{"timestamp": 0, "input_length": 1024, "output_length": 5, "hash_ids": [1, 2]}\n{"timestamp": 10}\n'
 
@@ -38,20 +40,6 @@ def wait_for(page: Any, check: Any, what: str, timeout_s: float = 60.0) -> None:
             return
         page.wait_for_timeout(250)
     raise AssertionError(f"{what} within {timeout_s:.0f} s")
-
-
-def kernels_of(folder_prefix: str) -> list[str]:
-    """Command lines of running processes naming a kvlab-dashboard temp folder (its kernels)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if folder_prefix in cmd and "ipykernel" in cmd:
-                found.append(cmd)
-    return found
 
 
 def test_dashboard_slider_picker_and_bad_upload(tmp_path: Path) -> None:
@@ -94,9 +82,9 @@ def test_dashboard_slider_picker_and_bad_upload(tmp_path: Path) -> None:
         assert "bad.jsonl:2: missing field 'input_length'" in error.inner_text()
         assert "3,993" in info.inner_text()
 
-        assert kernels_of(str(tmp_path)), "no kernel of the page found: the check below would see nothing"
+        assert kernel_pids(tmp_path), "no kernel of the page found: the check below would see nothing"
         assert page.get_by_text("Error displaying widget").count() == 0
         assert page.page_errors == [], page.page_errors
         log = server.log_tail(200)
     assert "Traceback" not in log, log
-    assert kernels_of(str(tmp_path)) == []  # stopped with the server
+    assert kernel_pids(tmp_path) == []  # stopped with the server

@@ -217,19 +217,24 @@ def run_dashboard(args: argparse.Namespace) -> int:
         how = "" if open_browser or args.no_browser else "; no display here: open it in a browser"
         print(f"kvlab dashboard: {args.trace} at {dashboard_url(args.ip, args.port)}  (Ctrl-C stops it{how})",
               flush=True)
-        return _serve(argv, voila_env(folder))
+        return _serve(argv, voila_env(folder), folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _serve(argv: list[str], env: dict[str, str]) -> int:
-    """Run Voilà in the foreground; on Ctrl-C or SIGTERM stop it and return (the folder is then removed)."""
+def _serve(argv: list[str], env: dict[str, str], folder: Path) -> int:
+    """Run Voilà in the foreground; on Ctrl-C or SIGTERM stop it and its kernels and return (the
+    folder is then removed). The kernels run in sessions of their own (jupyter_client), so a
+    signal to this process group does not reach them: they are found by ``folder`` (their
+    connection files are in it) and sent SIGTERM at once, beside Voilà's own shutdown, which
+    otherwise takes seconds per kernel on a busy machine; any left when Voilà exits are killed."""
     process = subprocess.Popen(argv, env=env)
     stopped = []
 
     def stop(*_: object) -> None:
         stopped.append(True)
         process.terminate()
+        _signal_kernels(folder, signal.SIGTERM)
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
@@ -244,7 +249,31 @@ def _serve(argv: list[str], env: dict[str, str]) -> int:
         if process.poll() is None:
             process.kill()
             process.wait()
+        _signal_kernels(folder, signal.SIGKILL)
 
 
-__all__ = ["add_dashboard_parser", "can_open_browser", "check_listen", "dashboard_url", "run_dashboard",
-           "trace_argument", "voila_argv", "voila_env", "write_page"]
+def kernel_pids(folder: Path) -> list[int]:
+    """Process ids of the running kernels whose command line names ``folder`` (Linux ``/proc``;
+    elsewhere none are found and Voilà's own shutdown is relied on)."""
+    needle = str(folder).encode()
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline and b"ipykernel" in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+def _signal_kernels(folder: Path, sig: int) -> None:
+    for pid in kernel_pids(folder):
+        try:
+            os.kill(pid, sig)
+        except OSError:  # gone meanwhile
+            pass
+
+
+__all__ = ["add_dashboard_parser", "can_open_browser", "check_listen", "dashboard_url", "kernel_pids",
+           "run_dashboard", "trace_argument", "voila_argv", "voila_env", "write_page"]
