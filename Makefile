@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench lab clean redis-server chromium
+.PHONY: demo test lint bench lab dashboard clean redis-server chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ bench: $(STAMP)
 ## make lab — JupyterLab on the notebooks (as root, how containers and workshop VMs run, with --allow-root)
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+
+## make dashboard — the workshop dashboard on Voilà (replay panel, tiers, cluster; pick or upload a trace, no code cells): open the URL it prints, Ctrl-C stops it
+dashboard: $(STAMP)
+	$(BIN)/kvlab dashboard conversation
 
 clean:
 	rm -rf $(VENV) out .hypothesis .ruff_cache

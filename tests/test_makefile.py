@@ -77,3 +77,19 @@ def test_make_test_needs_chromium_and_never_downloads_browsers() -> None:
     rule = next(line for line in done.stdout.splitlines() if line.startswith("test:"))
     assert "chromium" in rule.split()
     assert "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1" in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_dashboard_serves_the_conversation_trace(tmp_path: Path) -> None:
+    """Issue 18 item 3: `make dashboard` runs `kvlab dashboard conversation` (as root too: Voilà
+    needs no --allow-root), with its `## make dashboard — ...` comment as the other targets."""
+    kvlab = tmp_path / "kvlab"
+    kvlab.write_text('#!/bin/sh\necho "$@"\n')
+    kvlab.chmod(0o755)
+    stamp = tmp_path / "installed"
+    stamp.touch()
+    done = subprocess.run(["make", "-s", "dashboard", f"BIN={tmp_path}", f"STAMP={stamp}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["dashboard conversation"]
+    assert "## make dashboard — " in (ROOT / "Makefile").read_text()

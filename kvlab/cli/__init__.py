@@ -1,4 +1,5 @@
-"""The ``kvlab`` command: ``kvlab info``, ``replay``, ``sweep``, ``simulate``, ``figures``, ``demo``, ``events``.
+"""The ``kvlab`` command: ``kvlab info``, ``replay``, ``sweep``, ``simulate``, ``figures``, ``demo``, ``events``,
+``dashboard``.
 
 TRACE arguments are a file path, the name of a bundled trace (``conversation``,
 ``synthetic``) when no such file exists (see :func:`kvlab.traces.load_trace`), or ``-`` for
@@ -209,11 +210,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="replay the bundled Mooncake traces; print the table, write figures")
     demo.add_argument("--out", type=_out_dir, default=Path("out/demo"), metavar="DIR", help="default out/demo")
 
+    from kvlab.cli.dashboard import add_dashboard_parser
     from kvlab.cli.events import add_events_parser
     from kvlab.cli.simulate import add_simulate_parser
 
     add_simulate_parser(sub)
     add_events_parser(sub)
+    add_dashboard_parser(sub)
     return parser
 
 
@@ -393,6 +396,10 @@ def run_command(argv: list[str] | None = None) -> int:
             from kvlab.cli.events import run_events
 
             status = run_events(args)
+        elif args.command == "dashboard":
+            from kvlab.cli.dashboard import run_dashboard
+
+            status = run_dashboard(args)
         else:
             from kvlab.cli.demo import run_demo
 
