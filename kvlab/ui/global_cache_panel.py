@@ -24,10 +24,10 @@ from kvlab.sim.cluster.sweep import summary_row
 from kvlab.traces import Trace
 from kvlab.ui.replay_panel import capacity_options
 from kvlab.viz.global_cache_charts import scope_comparison_chart
+from kvlab.viz.theme import human
 
-#: The §5.3 schedulers (kvlab router names) with the paper's names.
-ROUTER_LABELS = {"random": "random", "load_balance": "load balancing", "local_cache_aware": "local cache-aware",
-                 "conductor": "global cache-aware (Conductor)"}
+#: The §5.3 schedulers (kvlab router names) with the paper's names (:func:`kvlab.viz.theme.human`).
+ROUTER_LABELS = {name: human(name) for name in SCHEDULERS}
 #: The scopes each run compares (C20).
 SCOPES = ("local", "global")
 #: Stops of the KV-event delay and load-snapshot interval sliders (seconds).
