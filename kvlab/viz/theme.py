@@ -270,6 +270,7 @@ def theme_config() -> alt.theme.ThemeConfig:
         "title": {"fontSize": CHART_TITLE_PX, "subtitleFontSize": FONT_PX, "anchor": "start", "offset": 10,
                   "limit": 0},
         "text": {"fontSize": FONT_PX},
+        "mark": {"color": PALETTE[0]},  # one-series charts: the palette's blue
         "line": {"strokeWidth": 2.5},
         "point": {"size": 60},
         "range": {"category": list(PALETTE)},
