@@ -241,10 +241,11 @@ class GlobalCachePanel:
 
     def _chart(self, frame: pl.DataFrame, settings: GlobalCacheSettings) -> alt.HConcatChart:
         knobs = (f", threshold {settings.kvcache_balancing_threshold:g}" if settings.threshold_used else "")
-        return scope_comparison_chart(frame, title=(
-            f"{ROUTER_LABELS[settings.router]}{knobs}; {settings.num_workers} workers × "
-            f"{settings.cache_tokens:,} DRAM tokens; event delay {settings.event_delay_s:g} s, "
-            f"snapshots {settings.snapshot_interval_s:g} s; {self.workload.frame.height:,} requests"))
+        return scope_comparison_chart(frame, title=[
+            f"{ROUTER_LABELS[settings.router]}{knobs}",
+            f"{settings.num_workers} workers × {settings.cache_tokens:,} DRAM tokens; event delay "
+            f"{settings.event_delay_s:g} s, snapshots {settings.snapshot_interval_s:g} s; "
+            f"{self.workload.frame.height:,} requests"])
 
     def _on_change(self, _change: dict | None) -> None:
         self.threshold.disabled = self.router.value != "conductor"

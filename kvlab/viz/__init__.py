@@ -20,6 +20,10 @@ function                          chart
 :func:`table1_chart`              arXiv Table 1 shape: LRU / LFU / LengthAware vs capacity
 ================================  ============================================================
 
+Importing :mod:`kvlab.viz` enables kvlab's altair theme (:mod:`kvlab.viz.theme`: fonts of 13 px
+or more, a colour-blind-safe palette with a colour, dash and marker per policy, human labels) for
+every chart, inline ones included.
+
 The run charts (:mod:`kvlab.viz.run_charts`) take a result whatever driver made it, or its
 timeline; timelines are pre-aggregated in polars (at most ``max_points`` bins per metric) so
 the charts stay small whatever the trace length.
@@ -91,7 +95,9 @@ def hit_ratio_curve(frame: pl.DataFrame, *, metric: str = "token_hit_ratio", col
                alt.Tooltip("capacity_blocks:Q", title="capacity (blocks)", format=","),
                alt.Tooltip(f"{metric}:Q", title=label, format=".4f")]
     y = alt.Y(f"{metric}:Q", title=label, scale=alt.Scale(domain=[0, 1]))
-    lines = alt.Chart(bounded).mark_line(point=True, opacity=0.9).encode(
+    # hollow markers: where series coincide, every series' marker shape stays visible
+    point = alt.OverlayMarkDef(filled=False, size=80, strokeWidth=2)
+    lines = alt.Chart(bounded).mark_line(point=point, opacity=0.9).encode(
         x=alt.X("capacity_blocks:Q", scale=alt.Scale(type="log", nice=False),
                 title="cache capacity (blocks, log scale)",
                 axis=axis),

@@ -165,15 +165,18 @@ def ttft_vs_rate_chart(frame: pl.DataFrame, *, log_y: bool = False, title: str |
                          mean=pl.col("ttft_mean_s"), p99=pl.col("ttft_p99_s"))
             .unpivot(index=["rate", "variant"], variable_name="statistic", value_name="ttft_s")
             .drop_nulls("ttft_s").sort("statistic", "variant", "rate"))
-    enc = series_encodings("variant", data["variant"].unique(maintain_order=True).to_list(), title="variant")
+    variants = frame["variant"].cast(pl.String).unique(maintain_order=True).to_list()  # the caller's order
+    enc = series_encodings("variant", variants, title="variant")
     for channel in (enc["color"], enc["shape"]):
         channel.legend = _legend("variant")
     chart = alt.Chart(data).mark_line(point=True).encode(
-        x=alt.X("rate:Q", axis=_axis("arrival rate (requests/s)")),
+        x=alt.X("rate:Q", axis=_axis("arrival rate (requests/s)", values=sorted(set(data["rate"].to_list())),
+                                     format="~g")),
         y=alt.Y("ttft_s:Q", scale=alt.Scale(type="log") if log_y else alt.Scale(zero=True),
                 axis=_axis("TTFT (s)")),
         color=enc["color"], shape=enc["shape"],
-        strokeDash=alt.StrokeDash("statistic:N", sort=["mean", "p99"], legend=_legend("TTFT statistic"),
+        strokeDash=alt.StrokeDash("statistic:N", sort=["mean", "p99"],
+                                  legend=alt.Legend(symbolType="stroke", **_legend("TTFT statistic").to_dict()),
                                   scale=alt.Scale(domain=["mean", "p99"], range=[[1, 0], [6, 4]])),
         tooltip=["variant:N", "statistic:N", alt.Tooltip("rate:Q", title="rate (req/s)"),
                  alt.Tooltip("ttft_s:Q", title="TTFT (s)", format=".3f")],

@@ -48,7 +48,8 @@ def figure10_chart(frame: pl.DataFrame, ratios: pl.DataFrame, notes: Sequence[st
             x = alt.X("trace:N", title=None, sort=None, axis=alt.Axis(labelAngle=0))
             bars = alt.Chart(runs).mark_bar().encode(
                 x=x, xOffset=alt.XOffset("cache_scope:N", sort=["local", "global"]),
-                y=alt.Y(f"{column}:Q", title=title, axis=alt.Axis(format=fmt)),
+                y=alt.Y(f"{column}:Q", title=title, axis=alt.Axis(format=fmt),
+                        scale=alt.Scale(domain=[0, 1.15 * (runs[column].max() or 1.0)])),
                 color=alt.Color("cache_scope:N", title="cache", scale=_SCOPE_COLORS, sort=["local", "global"]),
                 tooltip=["trace:N", "router:N", "cache_scope:N", alt.Tooltip(f"{column}:Q", format=".4f")])
             label = alt.Chart(text).mark_text(dy=-10).encode(x=x, y="top:Q", text="label:N")
@@ -114,7 +115,7 @@ SCOPE_METRICS = (("token_hit_ratio", "token hit rate", ".1%"), ("ttft_mean_s", "
                  ("prefill_gpu_s_per_request", "prefill GPU time / request (s)", ".3f"))
 
 
-def scope_comparison_chart(frame: pl.DataFrame, title: str | None = None) -> alt.HConcatChart:
+def scope_comparison_chart(frame: pl.DataFrame, title: str | Sequence[str] | None = None) -> alt.HConcatChart:
     """Local vs global cache side by side: token hit rate, mean and p99 TTFT and prefill GPU time
     per request, one small panel each, every bar labelled with its value (the global-cache panel's
     chart, :class:`kvlab.ui.GlobalCachePanel`).
@@ -122,7 +123,7 @@ def scope_comparison_chart(frame: pl.DataFrame, title: str | None = None) -> alt
     Args:
         frame: one row per ``cache_scope`` (``"local"``, ``"global"``) with the
             :data:`SCOPE_METRICS` columns, e.g. ``GlobalCachePanel.compute()``.
-        title: the chart's title.
+        title: the chart's title, or its lines (the first is the title, the others its subtitle).
 
     Raises:
         ValueError: missing columns.
@@ -132,11 +133,15 @@ def scope_comparison_chart(frame: pl.DataFrame, title: str | None = None) -> alt
     panels = []
     for column, label, fmt in SCOPE_METRICS:
         axis = alt.Axis(format=".0%") if fmt.endswith("%") else alt.Axis()
-        base = alt.Chart(frame).encode(x=x, y=alt.Y(f"{column}:Q", title=label, axis=axis))
+        top = max((v for v in frame[column].to_list() if v is not None), default=0.0) or 1.0
+        base = alt.Chart(frame).encode(x=x, y=alt.Y(f"{column}:Q", title=label, axis=axis,
+                                                    scale=alt.Scale(domain=[0, 1.15 * top])))  # room for the label
         bars = base.mark_bar().encode(
             color=alt.Color("cache_scope:N", scale=_SCOPE_COLORS, sort=["local", "global"], legend=None),
             tooltip=["cache_scope:N", alt.Tooltip(f"{column}:Q", format=".4f")])
         text = base.mark_text(dy=-8).encode(text=alt.Text(f"{column}:Q", format=fmt))
         panels.append(alt.layer(bars, text).properties(width=130, height=200))
     chart = alt.hconcat(*panels)
-    return chart.properties(title=title) if title else chart
+    if isinstance(title, str):
+        return chart.properties(title=title)
+    return chart.properties(title=alt.TitleParams(title[0], subtitle=list(title[1:]))) if title else chart

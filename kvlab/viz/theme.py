@@ -5,7 +5,8 @@ it, so every chart — kvlab's builders and charts written inline in a notebook 
 
 * fonts of at least :data:`FONT_PX` px: axis and legend labels 13 px, axis, legend and facet
   titles 14 px, chart titles 18 px, text marks 13 px;
-* axis labels that hide rather than overlap (``labelOverlap``) and are not clipped short;
+* axis labels that are not clipped short (Vega-Lite hides overlapping labels of continuous axes
+  itself; log axes get round ticks from :func:`log_ticks`);
 * the categorical palette :data:`PALETTE`, which separates nine series (kvlab's nine eviction
   policies) for readers with a colour-vision deficiency and has no pale yellow.
 
@@ -259,7 +260,7 @@ def count_axis(values: Iterable[float] | None = None, **kwargs: object) -> alt.A
 
 def theme_config() -> alt.theme.ThemeConfig:
     """The ``"kvlab"`` theme: a Vega-Lite top-level ``config`` (fonts, palette, label overlap, line widths)."""
-    axis = {"labelFontSize": FONT_PX, "titleFontSize": TITLE_PX, "labelOverlap": True, "labelLimit": 260,
+    axis = {"labelFontSize": FONT_PX, "titleFontSize": TITLE_PX, "labelLimit": 260,  # labelOverlap: Vega-Lite default
             "titleFontWeight": "normal", "titlePadding": 8}
     header = {"labelFontSize": TITLE_PX, "titleFontSize": TITLE_PX, "titleFontWeight": "normal", "labelLimit": 300}
     return {"config": {
