@@ -97,7 +97,7 @@ def hit_ratio_curve(frame: pl.DataFrame, *, metric: str = "token_hit_ratio", col
     y = alt.Y(f"{metric}:Q", title=label, scale=alt.Scale(domain=[0, 1]))
     # hollow markers: where series coincide, every series' marker shape stays visible
     point = alt.OverlayMarkDef(filled=False, size=80, strokeWidth=2)
-    lines = alt.Chart(bounded).mark_line(point=point, opacity=0.9).encode(
+    lines = alt.Chart(bounded).mark_line(point=point, opacity=0.9, strokeWidth=2.5).encode(
         x=alt.X("capacity_blocks:Q", scale=alt.Scale(type="log", nice=False),
                 title="cache capacity (blocks, log scale)",
                 axis=axis),

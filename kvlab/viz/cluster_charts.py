@@ -96,7 +96,7 @@ def ttft_cdf_chart(results: Mapping[str, RunResult] | RunResult, *, log_x: bool 
     enc = series_encodings("run", data["run"].unique(maintain_order=True).to_list(), title="run", shapes=False)
     for channel in enc.values():
         channel.legend = _legend("run")
-    chart = alt.Chart(data).mark_line(interpolate="step-after").encode(
+    chart = alt.Chart(data).mark_line(interpolate="step-after", strokeWidth=2.5).encode(
         x=alt.X("ttft_s:Q", scale=scale, axis=_axis("TTFT (s)" + (", log scale" if log_x else ""))),
         y=alt.Y("share:Q", scale=alt.Scale(domain=[0, 1]), axis=_axis("share of requests with TTFT ≤ x",
                                                                        format="%")),
@@ -134,7 +134,8 @@ def worker_queue_chart(result: RunResult | pl.DataFrame, *,
     enc = series_encodings("tier", data["tier"].unique(maintain_order=True).to_list(), title="worker", shapes=False)
     for channel in enc.values():
         channel.legend = _legend("worker")
-    panels = [alt.Chart(data).transform_filter(alt.datum.metric == metric).mark_line(interpolate="step-after").encode(
+    line = alt.MarkDef(type="line", interpolate="step-after", strokeWidth=2.5)
+    panels = [alt.Chart(data, mark=line).transform_filter(alt.datum.metric == metric).encode(
         x=x, y=alt.Y("value:Q", axis=_axis(QUEUE_METRICS.get(metric, metric.replace("_", " ")), tickMinStep=1,
                                            format="d")), **enc,
         tooltip=[alt.Tooltip("tier:N", title="worker"), alt.Tooltip("time_s:Q", format=".3f"),
@@ -169,7 +170,7 @@ def ttft_vs_rate_chart(frame: pl.DataFrame, *, log_y: bool = False, title: str |
     enc = series_encodings("variant", variants, title="variant")
     for channel in (enc["color"], enc["shape"]):
         channel.legend = _legend("variant")
-    chart = alt.Chart(data).mark_line(point=True).encode(
+    chart = alt.Chart(data).mark_line(point=True, strokeWidth=2.5).encode(
         x=alt.X("rate:Q", axis=_axis("arrival rate (requests/s)", values=sorted(set(data["rate"].to_list())),
                                      format="~g")),
         y=alt.Y("ttft_s:Q", scale=alt.Scale(type="log") if log_y else alt.Scale(zero=True),

@@ -101,7 +101,7 @@ def staleness_chart(frame: pl.DataFrame, metric: str = "ttft_p99_s") -> alt.Char
     """
     _need(frame, {"snapshot_interval_s", "event_delay_s", metric})
     delays = sorted(set(frame["event_delay_s"].to_list()))
-    return alt.Chart(frame).mark_line(point=True).encode(
+    return alt.Chart(frame).mark_line(point=True, strokeWidth=2.5).encode(
         x=alt.X("snapshot_interval_s:Q", title="load snapshot interval (s)"),
         y=alt.Y(f"{metric}:Q", title=human(metric)),
         **series_encodings("event_delay_s", delays, title="KV event delay (s)"),

@@ -272,7 +272,6 @@ def theme_config() -> alt.theme.ThemeConfig:
                   "limit": 0},
         "text": {"fontSize": FONT_PX},
         "mark": {"color": PALETTE[0]},  # one-series charts: the palette's blue
-        "line": {"strokeWidth": 2.5},
         "point": {"size": 60},
         "range": {"category": list(PALETTE)},
         "view": {"continuousWidth": 300, "continuousHeight": 300},  # altair's default size
