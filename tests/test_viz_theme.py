@@ -86,7 +86,7 @@ def test_each_policy_has_its_own_colour_dash_and_marker() -> None:
     assert specs["color"]["scale"] == {"domain": ["LRU", "S3-FIFO", "Belady (optimal)", "mine"],
                                        "range": ["#0072B2", "#D55E00", "#000000", "#0072B2"]}
     assert specs["strokeDash"]["scale"]["range"] == [[1, 0], [10, 3, 2, 3], [3, 1], [1, 0]]
-    assert specs["shape"]["scale"]["range"] == ["circle", "diamond", "wedge", "circle"]
+    assert specs["shape"]["scale"]["range"] == ["circle", "diamond", theme.SHAPES[8], "circle"]
     # one legend: the same field, title and domain on all three channels
     assert {(s["field"], s["title"], tuple(s["scale"]["domain"])) for s in specs.values()} == {
         ("policy", "policy", ("LRU", "S3-FIFO", "Belady (optimal)", "mine"))}
@@ -252,12 +252,15 @@ def test_no_builder_shows_a_snake_case_title(specs) -> None:
 
 
 def test_hit_ratio_curve_gives_each_policy_colour_dash_and_marker(specs) -> None:
-    lines = specs["hit_ratio_curve"]["layer"][0]
-    enc = lines["encoding"]
+    curves = specs["hit_ratio_curve"]["layer"][0]  # lines (colour + dash) under hollow markers (colour + shape)
+    lines, points = curves["layer"]
+    enc = {**lines["encoding"], "shape": points["encoding"]["shape"]}
     assert {c: enc[c]["scale"]["domain"][:2] for c in ("color", "strokeDash", "shape")} == {
         c: ["LRU", "FIFO"] for c in ("color", "strokeDash", "shape")}
+    assert points["mark"] == {"type": "point", "filled": False, "size": 80, "strokeWidth": 2}
+    assert points["encoding"]["shape"]["scale"]["range"][-1].startswith("M0,-1")  # Belady's star
     assert enc["color"]["scale"]["range"] == list(theme.PALETTE)
     assert enc["x"]["axis"]["values"] == [20, 50, 100, 200, 500, 1000]  # round ticks, not 1.717k
     assert enc["x"]["axis"]["labelExpr"] == theme.COUNT_LABEL_EXPR
-    rows = pl.DataFrame(specs["hit_ratio_curve"]["datasets"][lines["data"]["name"]])
+    rows = pl.DataFrame(specs["hit_ratio_curve"]["datasets"][curves["data"]["name"]])
     assert sorted(set(rows["policy"])) == sorted(theme.POLICY_LABELS.values())

@@ -95,13 +95,9 @@ def hit_ratio_curve(frame: pl.DataFrame, *, metric: str = "token_hit_ratio", col
                alt.Tooltip("capacity_blocks:Q", title="capacity (blocks)", format=","),
                alt.Tooltip(f"{metric}:Q", title=label, format=".4f")]
     y = alt.Y(f"{metric}:Q", title=label, scale=alt.Scale(domain=[0, 1]))
-    # hollow markers: where series coincide, every series' marker shape stays visible
-    point = alt.OverlayMarkDef(filled=False, size=80, strokeWidth=2)
-    lines = alt.Chart(bounded).mark_line(point=point, opacity=0.9, strokeWidth=2.5).encode(
-        x=alt.X("capacity_blocks:Q", scale=alt.Scale(type="log", nice=False),
-                title="cache capacity (blocks, log scale)",
-                axis=axis),
-        y=y, tooltip=tooltip, **encodings)
+    x = alt.X("capacity_blocks:Q", scale=alt.Scale(type="log", nice=False),
+              title="cache capacity (blocks, log scale)", axis=axis)
+    lines = theme.lines_with_markers(alt.Chart(bounded).encode(x=x, y=y, tooltip=tooltip), encodings)
     rules = alt.Chart(ceiling).mark_rule(strokeWidth=2).encode(
         y=y, color=encodings["color"], strokeDash=encodings["strokeDash"],
         tooltip=[tooltip[0], alt.Tooltip(f"{metric}:Q", title=f"{label}, unbounded", format=".4f")])

@@ -59,7 +59,8 @@ PALETTE = (
 DASHES = ([1, 0], [7, 3], [2, 2], [10, 3, 2, 3], [4, 4], [12, 4], [1, 3], [6, 2, 2, 2, 2, 2], [3, 1])
 #: Point markers (Vega shape names), one per series.
 SHAPES = ("circle", "square", "triangle-up", "diamond", "cross", "triangle-down", "triangle-right",
-          "triangle-left", "wedge")
+          "triangle-left", "M0,-1L0.24,-0.33L0.95,-0.31L0.38,0.12L0.59,0.81L0,0.4L-0.59,0.81L-0.38,0.12L-0.95,-0.31"
+          "L-0.24,-0.33Z")  # the ninth: a star (an SVG path in Vega's unit square)
 
 #: How a chart names a policy (legends, axes, tooltips), in :data:`kvlab.policies.POLICIES` order.
 POLICY_LABELS = {"lru": "LRU", "fifo": "FIFO", "lfu": "LFU", "s3fifo": "S3-FIFO", "sieve": "SIEVE", "arc": "ARC",
@@ -190,6 +191,28 @@ def policy_encodings(field: str = "policy", policies: Iterable[str] | None = Non
     return series_encodings(field, domain, title=title, shapes=shapes, legend=legend, slots=slots)
 
 
+def lines_with_markers(base: alt.Chart, encodings: dict[str, alt.SchemaBase], *, size: int = 80) -> alt.LayerChart:
+    """``base`` (a chart with its data, x, y and tooltip) drawn as lines (colour + dash, 2.5 px) under
+    hollow markers (colour + shape): where series coincide, each keeps a visible marker, and the
+    markers' outlines stay solid (an overlay ``point=True`` would dash them too).
+
+    Args:
+        base: ``alt.Chart(frame).encode(x=..., y=..., tooltip=...)``, no mark yet.
+        encodings: :func:`series_encodings` or :func:`policy_encodings` (with ``shape``).
+        size: marker area, px².
+
+    Raises:
+        ValueError: ``encodings`` without a ``shape``.
+    """
+    if "shape" not in encodings:
+        raise ValueError("encodings must include a shape (series_encodings(..., shapes=True))")
+    lines = base.mark_line(strokeWidth=2.5, opacity=0.9).encode(color=encodings["color"],
+                                                               strokeDash=encodings["strokeDash"])
+    points = base.mark_point(filled=False, size=size, strokeWidth=2).encode(color=encodings["color"],
+                                                                           shape=encodings["shape"])
+    return alt.layer(lines, points)
+
+
 def policy_scale() -> alt.Scale:
     """The colour scale of the policies (domain: :data:`POLICY_LABELS` labels, range: :data:`POLICY_COLORS`)."""
     return alt.Scale(domain=[POLICY_LABELS[p] for p in POLICIES], range=[POLICY_COLORS[p] for p in POLICIES])
@@ -290,5 +313,5 @@ def enable_theme() -> None:
 
 __all__ = ["CHART_TITLE_PX", "COUNT_LABEL_EXPR", "DASHES", "FONT_PX", "LABELS", "PALETTE", "POLICY_COLORS",
            "POLICY_DASHES", "POLICY_LABELS", "POLICY_SHAPES", "SHAPES", "THEME_NAME", "TITLE_PX", "count_axis",
-           "enable_theme", "human", "humanize", "label_expr", "log_ticks", "policy_encodings", "policy_scale",
-           "series_encodings", "theme_config"]
+           "enable_theme", "human", "humanize", "label_expr", "lines_with_markers", "log_ticks", "policy_encodings",
+           "policy_scale", "series_encodings", "theme_config"]
