@@ -170,14 +170,16 @@ def ttft_vs_rate_chart(frame: pl.DataFrame, *, log_y: bool = False, title: str |
     enc = series_encodings("variant", variants, title="variant")
     for channel in (enc["color"], enc["shape"]):
         channel.legend = _legend("variant")
-    chart = alt.Chart(data).mark_line(point=True, strokeWidth=2.5).encode(
+    chart = alt.Chart(data).mark_line(point=alt.OverlayMarkDef(filled=False, size=70, strokeWidth=2),
+                                      strokeWidth=2.5).encode(
         x=alt.X("rate:Q", axis=_axis("arrival rate (requests/s)", values=sorted(set(data["rate"].to_list())),
                                      format="~g")),
         y=alt.Y("ttft_s:Q", scale=alt.Scale(type="log") if log_y else alt.Scale(zero=True),
                 axis=_axis("TTFT (s)")),
         color=enc["color"], shape=enc["shape"],
         strokeDash=alt.StrokeDash("statistic:N", sort=["mean", "p99"],
-                                  legend=alt.Legend(symbolType="stroke", **_legend("TTFT statistic").to_dict()),
+                                  legend=alt.Legend(symbolType="stroke", symbolStrokeColor="#333333",
+                                                    **_legend("TTFT statistic").to_dict()),
                                   scale=alt.Scale(domain=["mean", "p99"], range=[[1, 0], [6, 4]])),
         tooltip=["variant:N", "statistic:N", alt.Tooltip("rate:Q", title="rate (req/s)"),
                  alt.Tooltip("ttft_s:Q", title="TTFT (s)", format=".3f")],

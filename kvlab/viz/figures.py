@@ -134,6 +134,8 @@ def table1_chart(frame: pl.DataFrame) -> alt.LayerChart:
                                      color=enc["color"], strokeDash=dash,
                                      tooltip=["policy:N", "source:N", alt.Tooltip("capacity_blocks:Q", format=","),
                                               alt.Tooltip("hit_ratio:Q", title="token hit ratio", format=".4f")])
-    return alt.layer(base.mark_line(), base.mark_point(size=80, filled=True).encode(shape=enc["shape"])).properties(
+    # hollow markers: a filled point layer would leave the dash legend's stroke symbols blank
+    points = base.mark_point(size=80, filled=False, strokeWidth=2).encode(shape=enc["shape"])
+    return alt.layer(base.mark_line(strokeWidth=2.5), points).properties(
         width=560, height=320, title=alt.TitleParams("arXiv Table 1 shape: ours (solid, conversation trace) vs "
                                                      "the paper's (dashed, its trace)"))
