@@ -239,7 +239,9 @@ def test_figure9_chart_overlays_the_paper(traces) -> None:
     rows = [r for d in spec["datasets"].values() for r in d if r.get("source") == "≈ paper (read off)"]
     assert sorted({r["trace"] for r in rows}) == ["all (no trace here)", "conversation", "synthetic",
                                                   "tool&agent (no trace here)"]
-    assert len(rows) == 48 and spec["title"]["subtitle"] == list(mf.FIGURE9_NOTES)
+    subtitle = spec["title"]["subtitle"]  # the notes, wrapped to the chart's width (≤ 100 characters a line)
+    assert len(rows) == 48 and " ".join(line.strip() for line in subtitle) == " ".join(mf.FIGURE9_NOTES)
+    assert len(subtitle) > len(mf.FIGURE9_NOTES) and max(map(len, subtitle)) <= 100
     assert mf.PAPER_FIGURE9_SOURCE.startswith("≈ paper: Qin et al., Mooncake, FAST'25, Figure 9")
     tooltips = [layer["encoding"].get("tooltip") for layer in spec["layer"] if "encoding" in layer]
     assert any(t and t[0] == {"field": "source", "type": "nominal"} for t in tooltips)

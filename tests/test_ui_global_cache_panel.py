@@ -100,7 +100,8 @@ def test_threshold_decides_the_copy(scenario_panel: GlobalCachePanel) -> None:
         assert copies(panel, scope) == [("w0", "w1", 3, four_blocks)]
         assert (request3(panel, scope)["worker"], request3(panel, scope)["hit_tokens"]) == ("w1", 8 * 256)
     assert frame["kvcache_balancing_threshold"].to_list() == [1.9, 1.9]
-    assert "threshold 1.9" in panel.chart.chart.to_dict()["title"]
+    title = panel.chart.chart.to_dict()["title"]  # the settings: title, then workers, cache, delays as subtitle
+    assert title["text"] == "global cache-aware (Conductor), threshold 1.9" and "workers ×" in title["subtitle"][0]
     run(panel, threshold=2.0)  # the ratio must exceed the threshold: no copy
     assert copies(panel, "local") == copies(panel, "global") == []
     assert request3(panel, "local")["hit_tokens"] == 4 * 256  # w1's own blocks

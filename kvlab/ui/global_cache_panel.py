@@ -24,10 +24,10 @@ from kvlab.sim.cluster.sweep import summary_row
 from kvlab.traces import Trace
 from kvlab.ui.replay_panel import capacity_options
 from kvlab.viz.global_cache_charts import scope_comparison_chart
+from kvlab.viz.theme import human
 
-#: The §5.3 schedulers (kvlab router names) with the paper's names.
-ROUTER_LABELS = {"random": "random", "load_balance": "load balancing", "local_cache_aware": "local cache-aware",
-                 "conductor": "global cache-aware (Conductor)"}
+#: The §5.3 schedulers (kvlab router names) with the paper's names (:func:`kvlab.viz.theme.human`).
+ROUTER_LABELS = {name: human(name) for name in SCHEDULERS}
 #: The scopes each run compares (C20).
 SCOPES = ("local", "global")
 #: Stops of the KV-event delay and load-snapshot interval sliders (seconds).
@@ -241,10 +241,11 @@ class GlobalCachePanel:
 
     def _chart(self, frame: pl.DataFrame, settings: GlobalCacheSettings) -> alt.HConcatChart:
         knobs = (f", threshold {settings.kvcache_balancing_threshold:g}" if settings.threshold_used else "")
-        return scope_comparison_chart(frame, title=(
-            f"{ROUTER_LABELS[settings.router]}{knobs}; {settings.num_workers} workers × "
-            f"{settings.cache_tokens:,} DRAM tokens; event delay {settings.event_delay_s:g} s, "
-            f"snapshots {settings.snapshot_interval_s:g} s; {self.workload.frame.height:,} requests"))
+        return scope_comparison_chart(frame, title=[
+            f"{ROUTER_LABELS[settings.router]}{knobs}",
+            f"{settings.num_workers} workers × {settings.cache_tokens:,} DRAM tokens; event delay "
+            f"{settings.event_delay_s:g} s, snapshots {settings.snapshot_interval_s:g} s; "
+            f"{self.workload.frame.height:,} requests"])
 
     def _on_change(self, _change: dict | None) -> None:
         self.threshold.disabled = self.router.value != "conductor"

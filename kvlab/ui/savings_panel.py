@@ -59,10 +59,11 @@ class SavingsPanel:
         self.rag_options = {"num_documents": 10, **rag_options}
         num_documents = check_positive("num_documents", self.rag_options["num_documents"])
         value = min(check_positive("docs_per_request", docs_per_request), num_documents)
-        self.docs = widgets.IntSlider(value=value, min=1, max=num_documents, description="docs/request",
-                                      continuous_update=False)
-        self.shuffle = widgets.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.25, description="shuffle p",
-                                           continuous_update=False)
+        style, layout = {"description_width": "initial"}, widgets.Layout(width="360px")  # labels never clipped
+        self.docs = widgets.IntSlider(value=value, min=1, max=num_documents, description="documents per request",
+                                      continuous_update=False, style=style, layout=layout)
+        self.shuffle = widgets.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.25, description="shuffle probability",
+                                           continuous_update=False, style=style, layout=layout)
         self.summary = widgets.HTML()
         self.result: RunResult = self.compute()
         self.summary.value = savings_text(self.result.summary)

@@ -20,6 +20,10 @@ function                          chart
 :func:`table1_chart`              arXiv Table 1 shape: LRU / LFU / LengthAware vs capacity
 ================================  ============================================================
 
+Importing :mod:`kvlab.viz` enables kvlab's altair theme (:mod:`kvlab.viz.theme`: fonts of 13 px
+or more, a colour-blind-safe palette with a colour, dash and marker per policy, human labels) for
+every chart, inline ones included.
+
 The run charts (:mod:`kvlab.viz.run_charts`) take a result whatever driver made it, or its
 timeline; timelines are pre-aggregated in polars (at most ``max_points`` bins per metric) so
 the charts stay small whatever the trace length.
@@ -32,6 +36,7 @@ from pathlib import Path
 import altair as alt
 import polars as pl
 
+from kvlab.viz import theme  # importing it registers and enables the kvlab altair theme
 from kvlab.viz.cluster_charts import ttft_cdf, ttft_cdf_chart, ttft_vs_rate_chart, worker_queue_chart
 from kvlab.viz.engine_charts import block_pool_chart, radix_tree_chart, tree_layout
 from kvlab.viz.figures import cache_ratio_chart, figure9_chart, table1_chart
@@ -50,6 +55,13 @@ def hit_ratio_curve(frame: pl.DataFrame, *, metric: str = "token_hit_ratio", col
                     title: str | None = None) -> alt.LayerChart:
     """Hit ratio against capacity (log scale), one line per ``color`` value.
 
+    Each series has its own colour, dash and marker (:func:`kvlab.viz.theme.policy_encodings` when
+    ``color`` is ``"policy"``, so a policy looks the same in every chart; else
+    :func:`~kvlab.viz.theme.series_encodings` in order of appearance), so series that coincide stay
+    visible; one legend shows all three. Series values and the metric are shown with
+    :func:`~kvlab.viz.theme.human` labels (``"s3fifo"`` → ``"S3-FIFO"``); the capacity axis has
+    round 1-2-5 ticks (:func:`~kvlab.viz.theme.log_ticks`), the points keep the exact capacities.
+
     Args:
         frame: rows with ``capacity_blocks`` (null = unbounded), ``metric`` and
             ``color`` columns — e.g. the output of :func:`kvlab.sim.sweep`.
@@ -58,8 +70,8 @@ def hit_ratio_curve(frame: pl.DataFrame, *, metric: str = "token_hit_ratio", col
         title: chart title.
 
     Returns:
-        Lines with points for bounded capacities; unbounded rows become dashed
-        horizontal rules (the series' ceiling).
+        Lines with points for bounded capacities; unbounded rows become rules in the series'
+        colour and dash (the series' ceiling).
 
     Raises:
         ValueError: not a polars DataFrame, or a required column is missing.
@@ -69,20 +81,26 @@ def hit_ratio_curve(frame: pl.DataFrame, *, metric: str = "token_hit_ratio", col
     missing = {"capacity_blocks", metric, color} - set(frame.columns)
     if missing:
         raise ValueError(f"frame lacks column(s) {sorted(missing)}; has {frame.columns}")
-    label = metric.replace("_", " ")
+    frame = theme.humanize(frame.select("capacity_blocks", metric, color), color)
+    if color == "policy":
+        encodings = theme.policy_encodings(color, frame[color].unique(maintain_order=True).to_list())
+    else:
+        encodings = theme.series_encodings(color, frame[color].unique(maintain_order=True).to_list())
     bounded = frame.filter(pl.col("capacity_blocks").is_not_null())
     ceiling = frame.filter(pl.col("capacity_blocks").is_null())
-    enc_color = alt.Color(f"{color}:N", title=color)
-    ticks = sorted(set(bounded["capacity_blocks"].to_list()))
-    lines = alt.Chart(bounded).mark_line(point=True).encode(
-        x=alt.X("capacity_blocks:Q", scale=alt.Scale(type="log"), title="capacity (blocks)",
-                axis=alt.Axis(values=ticks, format="~s", labelOverlap="greedy")),
-        y=alt.Y(f"{metric}:Q", title=label, scale=alt.Scale(domain=[0, 1])),
-        color=enc_color,
-        tooltip=[f"{color}:N", "capacity_blocks:Q", alt.Tooltip(f"{metric}:Q", format=".4f")],
-    )
-    rules = alt.Chart(ceiling).mark_rule(strokeDash=[4, 4]).encode(
-        y=f"{metric}:Q", color=enc_color, tooltip=[f"{color}:N", alt.Tooltip(f"{metric}:Q", format=".4f")])
+    capacities = bounded["capacity_blocks"]
+    axis = theme.count_axis(theme.log_ticks(capacities.min(), capacities.max()) if len(capacities) else None)
+    label = theme.human(metric)
+    tooltip = [alt.Tooltip(f"{color}:N", title=theme.human(color)),
+               alt.Tooltip("capacity_blocks:Q", title="capacity (blocks)", format=","),
+               alt.Tooltip(f"{metric}:Q", title=label, format=".4f")]
+    y = alt.Y(f"{metric}:Q", title=label, scale=alt.Scale(domain=[0, 1]))
+    x = alt.X("capacity_blocks:Q", scale=alt.Scale(type="log", nice=False),
+              title="cache capacity (blocks, log scale)", axis=axis)
+    lines = theme.lines_with_markers(alt.Chart(bounded).encode(x=x, y=y, tooltip=tooltip), encodings)
+    rules = alt.Chart(ceiling).mark_rule(strokeWidth=2).encode(
+        y=y, color=encodings["color"], strokeDash=encodings["strokeDash"],
+        tooltip=[tooltip[0], alt.Tooltip(f"{metric}:Q", title=f"{label}, unbounded", format=".4f")])
     chart = alt.layer(lines, rules).properties(width=560, height=320)
     return chart.properties(title=title) if title else chart
 

@@ -1,7 +1,8 @@
 """Charts of the timed cluster simulation (:func:`kvlab.sim.cluster.simulate`): TTFT CDFs,
 per-worker queues over time, TTFT against the arrival rate.
 
-Sized for a room: axis and legend labels at :data:`FONT_PX` px or more, titles with units. Frames
+Sized for a room (:mod:`kvlab.viz.theme`): axis and legend labels at :data:`~kvlab.viz.theme.FONT_PX`
+px or more, titles with units, each run / worker / variant its own colour and dash. Frames
 are pre-aggregated in polars so a chart embeds at most
 :data:`~kvlab.viz.run_charts.MAX_CHART_ROWS` rows whatever the trace length.
 """
@@ -16,9 +17,8 @@ import polars as pl
 
 from kvlab.core.result import RunResult
 from kvlab.viz.run_charts import MAX_CHART_ROWS, _binned, run_timeline
+from kvlab.viz.theme import CHART_TITLE_PX, FONT_PX, TITLE_PX, series_encodings
 
-#: Smallest font (px) of the axis and legend labels; titles are one px larger.
-FONT_PX = 13
 #: The label of a single result passed to :func:`ttft_cdf_chart`.
 SINGLE_RUN = "run"
 #: Columns :func:`ttft_vs_rate_chart` needs.
@@ -29,15 +29,16 @@ QUEUE_METRICS = {"running_requests": "running requests", "waiting_requests": "wa
 
 
 def _axis(title: str, **kwargs: object) -> alt.Axis:
-    return alt.Axis(title=title, labelFontSize=FONT_PX, titleFontSize=FONT_PX + 1, **kwargs)
+    return alt.Axis(title=title, labelFontSize=FONT_PX, titleFontSize=TITLE_PX, **kwargs)
 
 
 def _legend(title: str) -> alt.Legend:
-    return alt.Legend(title=title, labelFontSize=FONT_PX, titleFontSize=FONT_PX + 1, labelLimit=320)
+    return alt.Legend(title=title, labelFontSize=FONT_PX, titleFontSize=TITLE_PX, labelLimit=320,
+                      symbolStrokeWidth=2.5, symbolSize=200)
 
 
 def _titled(chart: alt.TopLevelMixin, title: str | None) -> alt.TopLevelMixin:
-    return chart.properties(title=alt.TitleParams(title, fontSize=FONT_PX + 3)) if title else chart
+    return chart.properties(title=alt.TitleParams(title, fontSize=CHART_TITLE_PX)) if title else chart
 
 
 def ttft_cdf(results: Mapping[str, RunResult] | RunResult, *, max_points: int = MAX_CHART_ROWS) -> pl.DataFrame:
@@ -92,11 +93,14 @@ def ttft_cdf_chart(results: Mapping[str, RunResult] | RunResult, *, log_x: bool 
     if log_x:
         data = data.filter(pl.col("ttft_s") > 0)
     scale = alt.Scale(type="log") if log_x else alt.Scale(zero=True)
-    chart = alt.Chart(data).mark_line(interpolate="step-after").encode(
+    enc = series_encodings("run", data["run"].unique(maintain_order=True).to_list(), title="run", shapes=False)
+    for channel in enc.values():
+        channel.legend = _legend("run")
+    chart = alt.Chart(data).mark_line(interpolate="step-after", strokeWidth=2.5).encode(
         x=alt.X("ttft_s:Q", scale=scale, axis=_axis("TTFT (s)" + (", log scale" if log_x else ""))),
         y=alt.Y("share:Q", scale=alt.Scale(domain=[0, 1]), axis=_axis("share of requests with TTFT ≤ x",
                                                                        format="%")),
-        color=alt.Color("run:N", sort=None, legend=_legend("run")),
+        **enc,
         tooltip=["run:N", alt.Tooltip("ttft_s:Q", title="TTFT (s)", format=".3f"),
                  alt.Tooltip("share:Q", format=".1%"), "requests:Q"],
     ).properties(width=560, height=300)
@@ -127,9 +131,13 @@ def worker_queue_chart(result: RunResult | pl.DataFrame, *,
                          f"missing {missing or 'all'}")
     data = _binned(timeline.filter(pl.col("metric").is_in(metrics)), max_points)
     x = alt.X("time_s:Q", scale=alt.Scale(nice=False, zero=False), axis=_axis("simulated time (s)"))
-    color = alt.Color("tier:N", sort=None, legend=_legend("worker"))
-    panels = [alt.Chart(data).transform_filter(alt.datum.metric == metric).mark_line(interpolate="step-after").encode(
-        x=x, y=alt.Y("value:Q", axis=_axis(QUEUE_METRICS.get(metric, metric.replace("_", " ")))), color=color,
+    enc = series_encodings("tier", data["tier"].unique(maintain_order=True).to_list(), title="worker", shapes=False)
+    for channel in enc.values():
+        channel.legend = _legend("worker")
+    line = alt.MarkDef(type="line", interpolate="step-after", strokeWidth=2.5)
+    panels = [alt.Chart(data, mark=line).transform_filter(alt.datum.metric == metric).encode(
+        x=x, y=alt.Y("value:Q", axis=_axis(QUEUE_METRICS.get(metric, metric.replace("_", " ")), tickMinStep=1,
+                                           format="d")), **enc,
         tooltip=[alt.Tooltip("tier:N", title="worker"), alt.Tooltip("time_s:Q", format=".3f"),
                  alt.Tooltip("value:Q", title=metric)],
     ).properties(width=640, height=150) for metric in metrics]
@@ -158,12 +166,20 @@ def ttft_vs_rate_chart(frame: pl.DataFrame, *, log_y: bool = False, title: str |
                          mean=pl.col("ttft_mean_s"), p99=pl.col("ttft_p99_s"))
             .unpivot(index=["rate", "variant"], variable_name="statistic", value_name="ttft_s")
             .drop_nulls("ttft_s").sort("statistic", "variant", "rate"))
-    chart = alt.Chart(data).mark_line(point=True).encode(
-        x=alt.X("rate:Q", axis=_axis("arrival rate (requests/s)")),
+    variants = frame["variant"].cast(pl.String).unique(maintain_order=True).to_list()  # the caller's order
+    enc = series_encodings("variant", variants, title="variant")
+    for channel in (enc["color"], enc["shape"]):
+        channel.legend = _legend("variant")
+    chart = alt.Chart(data).mark_line(point=alt.OverlayMarkDef(filled=False, size=70, strokeWidth=2),
+                                      strokeWidth=2.5).encode(
+        x=alt.X("rate:Q", axis=_axis("arrival rate (requests/s)", values=sorted(set(data["rate"].to_list())),
+                                     format="~g")),
         y=alt.Y("ttft_s:Q", scale=alt.Scale(type="log") if log_y else alt.Scale(zero=True),
                 axis=_axis("TTFT (s)")),
-        color=alt.Color("variant:N", sort=None, legend=_legend("variant")),
-        strokeDash=alt.StrokeDash("statistic:N", sort=["mean", "p99"], legend=_legend("TTFT statistic"),
+        color=enc["color"], shape=enc["shape"],
+        strokeDash=alt.StrokeDash("statistic:N", sort=["mean", "p99"],
+                                  legend=alt.Legend(symbolType="stroke", symbolStrokeColor="#333333",
+                                                    **_legend("TTFT statistic").to_dict()),
                                   scale=alt.Scale(domain=["mean", "p99"], range=[[1, 0], [6, 4]])),
         tooltip=["variant:N", "statistic:N", alt.Tooltip("rate:Q", title="rate (req/s)"),
                  alt.Tooltip("ttft_s:Q", title="TTFT (s)", format=".3f")],

@@ -8,9 +8,13 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-#: Colours of block states (vLLM block pool).
+from kvlab.viz.theme import PALETTE, label_expr
+
+#: Block states of a vLLM block pool, in legend order.
 BLOCK_STATES = ("null", "in_use", "cached_free", "free")
-_STATE_COLOURS = ("#555555", "#e76f51", "#2a9d8f", "#d9d9d9")
+_STATE_COLOURS = ("#555555", PALETTE[3], PALETTE[0], "#DDDDDD")
+#: Side of one block's cell, px (two 13 px lines: id and ref count).
+CELL_PX = 44
 
 
 def _frame(obj: object, required: set[str]) -> pl.DataFrame:
@@ -46,24 +50,28 @@ def block_pool_chart(pool: object, *, columns: int = 16, title: str | None = Non
         col=pl.col("block_id") % columns, row=pl.col("block_id") // columns,
         hash_hex=pl.col("block_hash").map_elements(lambda h: f"{h:016x}", return_dtype=pl.String))
     colour = alt.Color("state:N", title="block state",
+                       legend=alt.Legend(labelExpr=label_expr(BLOCK_STATES), symbolSize=250),
                        scale=alt.Scale(domain=list(BLOCK_STATES), range=list(_STATE_COLOURS)))
+    ink = alt.condition(alt.datum.state == "free", alt.value("black"), alt.value("white"))
     tooltip = ["block_id:Q", "state:N", "ref_cnt:Q", "hash_hex:N", "queue_position:Q"]
-    cells = alt.Chart(frame).mark_rect(stroke="white", strokeWidth=2).encode(
-        x=alt.X("col:O", title=None, axis=None), y=alt.Y("row:O", title=None, axis=None),
-        color=colour, tooltip=tooltip)
-    labels = alt.Chart(frame).mark_text(fontSize=10).encode(
-        x="col:O", y="row:O", text=alt.Text("block_id:Q"), tooltip=tooltip)
-    refs = alt.Chart(frame.filter(pl.col("ref_cnt") > 0)).mark_text(fontSize=8, dy=9, color="white").encode(
-        x="col:O", y="row:O", text=alt.Text("ref_cnt:Q", format="d"))
-    grid = (cells + labels + refs).properties(width=28 * columns, height=28 * int(frame["row"].max() + 1),
-                                              title="blocks (number = id, small = ref count)")
+    x, y = alt.X("col:O", title=None, axis=None), alt.Y("row:O", title=None, axis=None)
+    cells = alt.Chart(frame).mark_rect(stroke="white", strokeWidth=2).encode(x=x, y=y, color=colour, tooltip=tooltip)
+    labels = alt.Chart(frame).mark_text(fontSize=15, fontWeight="bold", dy=-7).encode(
+        x=x, y=y, text=alt.Text("block_id:Q"), color=ink, tooltip=tooltip)
+    refs = alt.Chart(frame.filter(pl.col("ref_cnt") > 0).with_columns(ref=pl.format("ref {}", pl.col("ref_cnt"))))
+    refs = refs.mark_text(fontSize=13, dy=10).encode(x=x, y=y, text="ref:N", color=ink)
+    rows = int(frame["row"].max() + 1)
+    grid = alt.layer(cells, labels, refs).properties(
+        width=CELL_PX * columns, height=CELL_PX * rows, title=alt.TitleParams(
+            "blocks: id (bold) and ref count", fontSize=15, anchor="start"))
     queue = frame.filter(pl.col("queue_position").is_not_null())
-    strip = alt.Chart(queue).mark_rect(stroke="white", strokeWidth=2).encode(
-        x=alt.X("queue_position:O", title="free queue: head (next allocated) → tail"), color=colour,
-        tooltip=tooltip)
-    strip_labels = alt.Chart(queue).mark_text(fontSize=10).encode(x="queue_position:O", text="block_id:Q")
-    chart = alt.vconcat(grid, (strip + strip_labels).properties(width=max(28 * max(len(queue), 1), 200),
-                                                                height=28))
+    position = alt.X("queue_position:O", title="free queue: head (next allocated) → tail",
+                     axis=alt.Axis(labels=False, ticks=False, domain=False))
+    strip = alt.Chart(queue).mark_rect(stroke="white", strokeWidth=2).encode(x=position, color=colour, tooltip=tooltip)
+    strip_labels = alt.Chart(queue).mark_text(fontSize=15, fontWeight="bold").encode(
+        x=position, text="block_id:Q", color=ink)
+    chart = alt.vconcat(grid, alt.layer(strip, strip_labels).properties(
+        width=CELL_PX * max(len(queue), 1), height=CELL_PX))
     return chart.properties(title=title) if title else chart
 
 
@@ -130,10 +138,12 @@ def radix_tree_chart(cache: object, *, title: str | None = None) -> alt.LayerCha
     lines = alt.Chart(edges).mark_rule(color="#999999").encode(x=x, y=y, x2="px:Q", y2="pd:Q")
     tooltip = ["node_id:Q", "first_tokens:N", "num_tokens:Q", "lock_ref:Q", "hit_count:Q", "last_access_time:Q"]
     nodes = alt.Chart(frame).mark_circle(opacity=1).encode(
-        x=x, y=y, size=alt.Size("num_tokens:Q", title="tokens", scale=alt.Scale(range=[60, 600])),
-        color=alt.Color("status:N", title=None, scale=alt.Scale(
-            domain=["root", "locked", "evictable leaf", "inner"], range=["#333333", "#e76f51", "#2a9d8f", "#8a8a8a"])),
+        x=x, y=y, size=alt.Size("num_tokens:Q", title="tokens in node", scale=alt.Scale(range=[60, 600]),
+                      legend=alt.Legend(symbolFillColor="#8a8a8a", symbolStrokeWidth=0, tickMinStep=1, format="d")),
+        color=alt.Color("status:N", title="node", scale=alt.Scale(
+            domain=["root", "locked", "evictable leaf", "inner"],
+            range=["#000000", PALETTE[3], PALETTE[2], "#8a8a8a"])),
         tooltip=tooltip)
-    text = alt.Chart(frame).mark_text(align="left", dx=12, dy=-10, fontSize=10).encode(x=x, y=y, text="first_tokens:N")
+    text = alt.Chart(frame).mark_text(align="left", dx=14, dy=-12, fontSize=14).encode(x=x, y=y, text="first_tokens:N")
     chart = alt.layer(lines, nodes, text).properties(width=520, height=60 * int(frame["depth"].max() + 1))
     return chart.properties(title=title) if title else chart

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import altair as alt
 import polars as pl
 
 from kvlab.sim.mooncake_figures import CAPACITY_3M_TOKENS, FIGURE9_NOTES, paper_figure9_points
+from kvlab.viz.theme import PALETTE, count_axis, humanize, log_ticks, policy_encodings
 
-#: Figure 9's colours (matplotlib's first four), in its legend order.
-_PAPER_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
-
+#: Figure 9's trace colours (indices of the kvlab palette, the paper's legend order): blue, orange,
+#: green, wine — the figure's own matplotlib blue / orange / green / red, made colour-blind safe.
+_FIGURE9_SLOTS = (0, 1, 2, 6, 4, 5)
 
 def _need(frame: pl.DataFrame, columns: set[str]) -> None:
     missing = columns - set(frame.columns)
@@ -28,17 +31,20 @@ def cache_ratio_chart(frame: pl.DataFrame) -> alt.FacetChart:
         ValueError: missing columns.
     """
     _need(frame, {"definition", "trace", "ours", "paper"})
-    bars = alt.Chart().mark_bar().encode(
-        y=alt.Y("definition:N", title=None, sort=None),
-        x=alt.X("ours:Q", title="unbounded-cache hit ratio", scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("definition:N", legend=None),
-        tooltip=["trace:N", "definition:N", alt.Tooltip("ours:Q", format=".4f"), "paper:Q"])
-    rule = alt.Chart().mark_rule(strokeDash=[5, 3], color="black").encode(x="paper:Q")
-    label = alt.Chart().mark_text(align="left", dx=4, dy=-60, fontSize=11).encode(
-        x="paper:Q", text=alt.Text("paper:Q", format=".0%"))
-    return alt.layer(bars, rule, label, data=frame).properties(width=300, height=150).facet(
-        facet=alt.Facet("trace:N", title=None), columns=1).properties(
-        title="FAST'25 Table 2 'cache ratio' (dashed) vs ours by definition")
+    data = frame.with_columns(panel=pl.format("{} trace — paper's cache ratio {}%", pl.col("trace"),
+                                              (pl.col("paper") * 100).round(0).cast(pl.Int64)))
+    y = alt.Y("definition:N", title=None, sort=None)
+    x = alt.X("ours:Q", title="unbounded-cache hit ratio", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format=".0%"))
+    bars = alt.Chart().mark_bar(color=PALETTE[0]).encode(
+        y=y, x=x,
+        tooltip=["trace:N", "definition:N", alt.Tooltip("ours:Q", title="ours", format=".1%"),
+                 alt.Tooltip("paper:Q", title="paper", format=".0%")])
+    values = alt.Chart().mark_text(align="right", dx=-6, color="white", fontWeight="bold").encode(
+        y=y, x=x, text=alt.Text("ours:Q", format=".1%"))
+    rule = alt.Chart().mark_rule(strokeDash=[6, 3], color="black", strokeWidth=2).encode(x="paper:Q")
+    return alt.layer(bars, values, rule, data=data).properties(width=420, height=190).facet(
+        facet=alt.Facet("panel:N", title=None, sort=None, header=alt.Header(labelAnchor="start", labelPadding=6)),
+        columns=1).properties(title="FAST'25 Table 2 'cache ratio' (dashed line) vs ours by definition")
 
 
 def figure9_chart(curves: pl.DataFrame, shares: pl.DataFrame, paper: pl.DataFrame | None = None) -> alt.LayerChart:
@@ -66,33 +72,40 @@ def figure9_chart(curves: pl.DataFrame, shares: pl.DataFrame, paper: pl.DataFram
     theirs = paper.select(
         pl.when(pl.col("have_trace")).then(pl.col("trace")).otherwise(pl.col("trace") + " (no trace here)")
         .alias("trace"), "capacity_tokens", "token_hit_ratio").with_columns(source=pl.lit("≈ paper (read off)"))
-    x = alt.X("capacity_tokens:Q", scale=alt.Scale(type="log"), title="cache capacity (tokens)")
-    y = alt.Y("token_hit_ratio:Q", title="token hit ratio (LRU, prefix)", scale=alt.Scale(domain=[0, 0.7]))
+    capacities = pl.concat([ours["capacity_tokens"], theirs["capacity_tokens"]])
+    x = alt.X("capacity_tokens:Q", scale=alt.Scale(type="log", nice=False), title="cache capacity (tokens, log scale)",
+              axis=count_axis(log_ticks(capacities.min(), capacities.max()), grid=True))
+    y = alt.Y("token_hit_ratio:Q", title="token hit ratio (LRU, prefix)", scale=alt.Scale(domain=[0, 0.7]),
+              axis=alt.Axis(format=".0%"))
     names = list(dict.fromkeys([*theirs["trace"], *ours["trace"]]))  # the paper's legend order first
-    color = alt.Color("trace:N", title="trace", scale=alt.Scale(
-        domain=names, range=[_PAPER_COLORS[i % len(_PAPER_COLORS)] for i in range(len(names))]))
-    tooltip = ["source:N", "trace:N", alt.Tooltip("capacity_tokens:Q", format=","),
-               alt.Tooltip("token_hit_ratio:Q", format=".4f")]
-    dash = alt.StrokeDash("source:N", title="values", scale=alt.Scale(
-        domain=["ours (LRU, bundled trace)", "≈ paper (read off)"], range=[[1, 0], [2, 2]]))
-    lines = alt.Chart(ours).mark_line().encode(x=x, y=y, color=color, strokeDash=dash, tooltip=tooltip)
-    paper_lines = alt.Chart(theirs).mark_line(opacity=0.7).encode(x=x, y=y, color=color, strokeDash=dash)
-    paper_points = alt.Chart(theirs).mark_point(filled=False, size=40).encode(x=x, y=y, color=color,
-                                                                                tooltip=tooltip)
+    legend = alt.Legend(orient="bottom", direction="vertical", title="trace")
+    color = alt.Color("trace:N", title="trace", legend=legend, scale=alt.Scale(
+        domain=names, range=[PALETTE[_FIGURE9_SLOTS[i % len(_FIGURE9_SLOTS)]] for i in range(len(names))]))
+    tooltip = ["source:N", "trace:N", alt.Tooltip("capacity_tokens:Q", title="capacity (tokens)", format=","),
+               alt.Tooltip("token_hit_ratio:Q", title="token hit ratio", format=".4f")]
+    dash = alt.StrokeDash("source:N", title="values", legend=alt.Legend(orient="bottom", direction="vertical",
+                                                                         symbolStrokeWidth=2.5), scale=alt.Scale(
+        domain=["ours (LRU, bundled trace)", "≈ paper (read off)"], range=[[1, 0], [2, 3]]))
+    lines = alt.Chart(ours).mark_line(strokeWidth=3).encode(x=x, y=y, color=color, strokeDash=dash, tooltip=tooltip)
+    paper_lines = alt.Chart(theirs).mark_line(opacity=0.8, strokeWidth=2).encode(x=x, y=y, color=color,
+                                                                                  strokeDash=dash)
+    paper_points = alt.Chart(theirs).mark_point(filled=False, size=50, strokeWidth=2).encode(
+        x=x, y=y, color=color, tooltip=tooltip)
     marks = curves.join(shares, on="trace").filter(pl.col("capacity_tokens") == CAPACITY_3M_TOKENS).with_columns(
         label=pl.format("{}: {}% of max (paper {}%)", pl.col("trace"),
                         (pl.col("share_of_max") * 100).round(0).cast(pl.Int64),
                         (pl.col("paper") * 100).round(0).cast(pl.Int64)))
-    rule = alt.Chart(pl.DataFrame({"capacity_tokens": [CAPACITY_3M_TOKENS]})).mark_rule(strokeDash=[4, 4]).encode(
-        x="capacity_tokens:Q")
-    points = alt.Chart(marks).mark_point(filled=True, size=60).encode(
-        x="capacity_tokens:Q", y="token_hit_ratio:Q", color=color)
-    text = alt.Chart(marks).mark_text(align="left", dx=6, dy=-8).encode(
-        x="capacity_tokens:Q", y="token_hit_ratio:Q", text="label:N", color=color)
-    title = alt.TitleParams("FAST'25 Figure 9 on the bundled traces (dashed: 3 M tokens)",
-                            subtitle=list(FIGURE9_NOTES), subtitleFontSize=10)
-    return alt.layer(paper_lines, paper_points, lines, rule, points, text).properties(
-        width=560, height=320, title=title)
+    rule = alt.Chart(pl.DataFrame({"capacity_tokens": [CAPACITY_3M_TOKENS]})).mark_rule(
+        strokeDash=[5, 4], color="#444444").encode(x=x)
+    points = alt.Chart(marks).mark_point(filled=True, size=90).encode(x=x, y=y, color=color)
+    text = alt.Chart(marks).encode(x=x, y=y, text="label:N")
+    halo = text.mark_text(align="left", dx=8, dy=-10, stroke="white", strokeWidth=5, strokeJoin="round")
+    ink = text.mark_text(align="left", dx=8, dy=-10, fontWeight="bold").encode(color=color)
+    notes = [line for note in FIGURE9_NOTES for line in textwrap.wrap(note, 100, subsequent_indent="  ")]
+    title = alt.TitleParams("FAST'25 Figure 9 on the bundled traces (dashed line: 3 M tokens)", subtitle=notes,
+                            subtitleColor="#333333")
+    return alt.layer(paper_lines, paper_points, lines, rule, points, halo, ink).properties(
+        width=700, height=360, title=title)
 
 
 def table1_chart(frame: pl.DataFrame) -> alt.LayerChart:
@@ -108,13 +121,21 @@ def table1_chart(frame: pl.DataFrame) -> alt.LayerChart:
     _need(frame, {"policy", "capacity_blocks", "ours", "paper"})
     bounded = frame.filter(pl.col("capacity_blocks").is_not_null()).unpivot(
         index=["policy", "capacity_blocks"], on=["ours", "paper"], variable_name="source", value_name="hit_ratio")
+    bounded = humanize(bounded, "policy")
     ticks = sorted(set(bounded["capacity_blocks"].to_list()))
-    x = alt.X("capacity_blocks:Q", scale=alt.Scale(type="log"), title="capacity (512-token blocks)",
+    x = alt.X("capacity_blocks:Q", scale=alt.Scale(type="log"), title="cache capacity (512-token blocks, log scale)",
               axis=alt.Axis(values=ticks, format=","))
-    base = alt.Chart(bounded).encode(x=x, y=alt.Y("hit_ratio:Q", title="hit ratio", scale=alt.Scale(domain=[0, 0.6])),
-                                     color=alt.Color("policy:N"),
-                                     strokeDash=alt.StrokeDash("source:N", title="values"),
-                                     tooltip=["policy:N", "source:N", "capacity_blocks:Q",
-                                              alt.Tooltip("hit_ratio:Q", format=".4f")])
-    return alt.layer(base.mark_line(), base.mark_point()).properties(
-        width=520, height=300, title="arXiv Table 1 shape: ours (conversation trace) vs the paper's (its own trace)")
+    enc = policy_encodings("policy", bounded["policy"].unique(maintain_order=True).to_list())
+    dash = alt.StrokeDash("source:N", title="values", sort=["ours", "paper"], scale=alt.Scale(
+        domain=["ours", "paper"], range=[[1, 0], [3, 3]]),
+        legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2.5))
+    base = alt.Chart(bounded).encode(x=x, y=alt.Y("hit_ratio:Q", title="token hit ratio",
+                                                  scale=alt.Scale(domain=[0, 0.6]), axis=alt.Axis(format=".0%")),
+                                     color=enc["color"], strokeDash=dash,
+                                     tooltip=["policy:N", "source:N", alt.Tooltip("capacity_blocks:Q", format=","),
+                                              alt.Tooltip("hit_ratio:Q", title="token hit ratio", format=".4f")])
+    # hollow markers: a filled point layer would leave the dash legend's stroke symbols blank
+    points = base.mark_point(size=80, filled=False, strokeWidth=2).encode(shape=enc["shape"])
+    return alt.layer(base.mark_line(strokeWidth=2.5), points).properties(
+        width=560, height=320, title=alt.TitleParams("arXiv Table 1 shape: ours (solid, conversation trace) vs "
+                                                     "the paper's (dashed, its trace)"))

@@ -9,12 +9,14 @@ import altair as alt
 import polars as pl
 
 from kvlab.viz.figures import _need
+from kvlab.viz.theme import PALETTE, human, label_expr, series_encodings
 
-_SCOPE_COLORS = alt.Scale(domain=["local", "global"], range=["#9ecae1", "#08519c"])
+#: Local cache orange, global cache blue (the kvlab palette's first two: apart under every colour-vision deficiency).
+_SCOPE_COLORS = alt.Scale(domain=["local", "global"], range=[PALETTE[1], PALETTE[0]])
 
 
 def _caption(title: str, notes: Sequence[str]) -> alt.TitleParams:
-    return alt.TitleParams(title, subtitle=list(notes), subtitleFontSize=11, fontSize=16)
+    return alt.TitleParams(title, subtitle=list(notes))
 
 
 def figure10_chart(frame: pl.DataFrame, ratios: pl.DataFrame, notes: Sequence[str] = ()) -> alt.VConcatChart:
@@ -43,15 +45,17 @@ def figure10_chart(frame: pl.DataFrame, ratios: pl.DataFrame, notes: Sequence[st
                                             "prefill GPU time / request (s)", ".2f")):
             top = runs.group_by("trace", maintain_order=True).agg(pl.col(column).max().alias("top"))
             text = labels.filter((pl.col("metric") == metric) & (pl.col("router") == router)).join(top, on="trace")
-            x = alt.X("trace:N", title=None, sort=None, axis=alt.Axis(labelAngle=0, labelFontSize=13))
+            x = alt.X("trace:N", title=None, sort=None, axis=alt.Axis(labelAngle=0))
             bars = alt.Chart(runs).mark_bar().encode(
                 x=x, xOffset=alt.XOffset("cache_scope:N", sort=["local", "global"]),
-                y=alt.Y(f"{column}:Q", title=title, axis=alt.Axis(format=fmt, titleFontSize=13)),
+                y=alt.Y(f"{column}:Q", title=title, axis=alt.Axis(format=fmt),
+                        scale=alt.Scale(domain=[0, 1.15 * (runs[column].max() or 1.0)])),
                 color=alt.Color("cache_scope:N", title="cache", scale=_SCOPE_COLORS, sort=["local", "global"]),
                 tooltip=["trace:N", "router:N", "cache_scope:N", alt.Tooltip(f"{column}:Q", format=".4f")])
-            label = alt.Chart(text).mark_text(dy=-10, fontSize=13).encode(x=x, y="top:Q", text="label:N")
+            label = alt.Chart(text).mark_text(dy=-10).encode(x=x, y="top:Q", text="label:N")
             panels.append(alt.layer(bars, label).properties(width=320, height=220))
-        rows.append(alt.hconcat(*panels).properties(title=alt.TitleParams(f"scheduler: {router}", fontSize=14)))
+        rows.append(alt.hconcat(*panels).properties(title=alt.TitleParams(f"scheduler: {human(router)}",
+                                                                          fontSize=16)))
     return alt.vconcat(*rows).properties(title=_caption("FAST'25 Figure 10 on kvlab's timed cluster: "
                                                         "global vs local cache", notes))
 
@@ -72,15 +76,16 @@ def scheduler_chart(comparison: pl.DataFrame, notes: Sequence[str] = ()) -> alt.
                              pl.col("paper_ttft_mean_s").alias("paper (FAST'25 Fig. 5)")).unpivot(
         index="router", variable_name="source", value_name="ttft_mean_s").drop_nulls("ttft_mean_s")
     order = comparison["router"].to_list()
-    x = alt.X("router:N", title=None, sort=order, axis=alt.Axis(labelAngle=0, labelFontSize=13))
+    y = alt.Y("router:N", title=None, sort=order, axis=alt.Axis(labelExpr=label_expr(order)))
     base = alt.Chart(long).encode(
-        x=x, xOffset=alt.XOffset("source:N"),
-        y=alt.Y("ttft_mean_s:Q", title="mean TTFT (s)", axis=alt.Axis(titleFontSize=13)),
-        color=alt.Color("source:N", title=None, scale=alt.Scale(range=["#08519c", "#bdbdbd"])),
-        tooltip=["router:N", "source:N", alt.Tooltip("ttft_mean_s:Q", format=".2f")])
-    text = base.mark_text(dy=-8, fontSize=12).encode(text=alt.Text("ttft_mean_s:Q", format=".2f"))
+        y=y, yOffset=alt.YOffset("source:N", sort=["kvlab", "paper (FAST'25 Fig. 5)"]),
+        x=alt.X("ttft_mean_s:Q", title="mean TTFT (s)"),
+        color=alt.Color("source:N", title=None, sort=["kvlab", "paper (FAST'25 Fig. 5)"],
+                        scale=alt.Scale(range=[PALETTE[0], "#AAAAAA"])),
+        tooltip=["router:N", "source:N", alt.Tooltip("ttft_mean_s:Q", title="mean TTFT (s)", format=".2f")])
+    text = base.mark_text(align="left", dx=4).encode(text=alt.Text("ttft_mean_s:Q", format=".2f"))
     return alt.layer(base.mark_bar(), text).properties(
-        width=520, height=300, title=_caption("FAST'25 §5.3 schedulers on the conversation trace", notes))
+        width=460, height=alt.Step(22), title=_caption("FAST'25 §5.3 schedulers on the conversation trace", notes))
 
 
 def staleness_chart(frame: pl.DataFrame, metric: str = "ttft_p99_s") -> alt.Chart:
@@ -95,10 +100,11 @@ def staleness_chart(frame: pl.DataFrame, metric: str = "ttft_p99_s") -> alt.Char
         ValueError: missing columns.
     """
     _need(frame, {"snapshot_interval_s", "event_delay_s", metric})
-    return alt.Chart(frame).mark_line(point=True).encode(
+    delays = sorted(set(frame["event_delay_s"].to_list()))
+    return alt.Chart(frame).mark_line(point=True, strokeWidth=2.5).encode(
         x=alt.X("snapshot_interval_s:Q", title="load snapshot interval (s)"),
-        y=alt.Y(f"{metric}:Q", title=metric.replace("_", " ")),
-        color=alt.Color("event_delay_s:O", title="KV event delay (s)"),
+        y=alt.Y(f"{metric}:Q", title=human(metric)),
+        **series_encodings("event_delay_s", delays, title="KV event delay (s)"),
         tooltip=["snapshot_interval_s:Q", "event_delay_s:Q", alt.Tooltip(f"{metric}:Q", format=".3f")],
     ).properties(width=420, height=260, title="Routing on stale signals (C22)")
 
@@ -109,7 +115,7 @@ SCOPE_METRICS = (("token_hit_ratio", "token hit rate", ".1%"), ("ttft_mean_s", "
                  ("prefill_gpu_s_per_request", "prefill GPU time / request (s)", ".3f"))
 
 
-def scope_comparison_chart(frame: pl.DataFrame, title: str | None = None) -> alt.HConcatChart:
+def scope_comparison_chart(frame: pl.DataFrame, title: str | Sequence[str] | None = None) -> alt.HConcatChart:
     """Local vs global cache side by side: token hit rate, mean and p99 TTFT and prefill GPU time
     per request, one small panel each, every bar labelled with its value (the global-cache panel's
     chart, :class:`kvlab.ui.GlobalCachePanel`).
@@ -117,21 +123,25 @@ def scope_comparison_chart(frame: pl.DataFrame, title: str | None = None) -> alt
     Args:
         frame: one row per ``cache_scope`` (``"local"``, ``"global"``) with the
             :data:`SCOPE_METRICS` columns, e.g. ``GlobalCachePanel.compute()``.
-        title: the chart's title.
+        title: the chart's title, or its lines (the first is the title, the others its subtitle).
 
     Raises:
         ValueError: missing columns.
     """
     _need(frame, {"cache_scope", *(column for column, _, _ in SCOPE_METRICS)})
-    x = alt.X("cache_scope:N", title=None, sort=["local", "global"], axis=alt.Axis(labelAngle=0, labelFontSize=12))
+    x = alt.X("cache_scope:N", title=None, sort=["local", "global"], axis=alt.Axis(labelAngle=0))
     panels = []
     for column, label, fmt in SCOPE_METRICS:
         axis = alt.Axis(format=".0%") if fmt.endswith("%") else alt.Axis()
-        base = alt.Chart(frame).encode(x=x, y=alt.Y(f"{column}:Q", title=label, axis=axis))
+        top = max((v for v in frame[column].to_list() if v is not None), default=0.0) or 1.0
+        base = alt.Chart(frame).encode(x=x, y=alt.Y(f"{column}:Q", title=label, axis=axis,
+                                                    scale=alt.Scale(domain=[0, 1.15 * top])))  # room for the label
         bars = base.mark_bar().encode(
             color=alt.Color("cache_scope:N", scale=_SCOPE_COLORS, sort=["local", "global"], legend=None),
             tooltip=["cache_scope:N", alt.Tooltip(f"{column}:Q", format=".4f")])
-        text = base.mark_text(dy=-7, fontSize=12).encode(text=alt.Text(f"{column}:Q", format=fmt))
-        panels.append(alt.layer(bars, text).properties(width=120, height=200))
+        text = base.mark_text(dy=-8).encode(text=alt.Text(f"{column}:Q", format=fmt))
+        panels.append(alt.layer(bars, text).properties(width=130, height=200))
     chart = alt.hconcat(*panels)
-    return chart.properties(title=title) if title else chart
+    if isinstance(title, str):
+        return chart.properties(title=title)
+    return chart.properties(title=alt.TitleParams(title[0], subtitle=list(title[1:]))) if title else chart
