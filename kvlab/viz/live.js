@@ -1,0 +1,106 @@
+// kvlab LiveChart: a Vega view that follows its model (see kvlab/viz/live.py).
+//
+// Traits: `spec` (a Vega-Lite spec whose data are named datasets d0, d1, ... and which holds no
+// rows) and `datasets` (name -> {column: values}). A new spec re-embeds the chart; new datasets
+// under the same spec replace the rows of the existing view in place (view.data: no re-embed,
+// no re-parse).
+// The Vega runtime comes from the kernel by custom message (never part of the saved widget
+// state), is imported once per page from a Blob URL and shared by every LiveChart on the page;
+// with no kernel answering (a shared executed notebook) it falls back to esm.sh.
+
+const FALLBACK_MS = 4000;
+const FALLBACK_URL = "https://esm.sh/vega-embed@7?deps=vega@6,vega-lite@6";
+
+function runtime(model) {
+  if (!globalThis.__kvlabVega) {
+    globalThis.__kvlabVega = new Promise((resolve, reject) => {
+      let settled = false;
+      const settle = async (load) => {
+        if (settled) return;
+        settled = true;
+        model.off("msg:custom", onMessage);
+        try {
+          resolve(await load());
+        } catch (err) {
+          delete globalThis.__kvlabVega;
+          reject(err);
+        }
+      };
+      const onMessage = (msg) => {
+        if (msg && msg.type === "kvlab-vega-runtime") {
+          settle(async () => {
+            const url = URL.createObjectURL(new Blob([msg.source], { type: "text/javascript" }));
+            try {
+              return await import(url);
+            } finally {
+              URL.revokeObjectURL(url);
+            }
+          });
+        }
+      };
+      model.on("msg:custom", onMessage);
+      model.send({ type: "kvlab-need-vega" });
+      setTimeout(() => settle(() => import(FALLBACK_URL)), FALLBACK_MS);
+    });
+  }
+  return globalThis.__kvlabVega;
+}
+
+function rowsOf(columns) {
+  const names = Object.keys(columns);
+  const n = names.length ? columns[names[0]].length : 0;
+  const rows = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const row = {};
+    for (const name of names) row[name] = columns[name][i];
+    rows[i] = row;
+  }
+  return rows;
+}
+
+function render({ model, el }) {
+  const box = document.createElement("div");
+  box.className = "kvlab-live-chart";
+  el.appendChild(box);
+  let result = null; // vega-embed's result for the spec in `shown`
+  let shown = null; // the spec object the view was embedded from
+  let queue = Promise.resolve();
+  let pending = false;
+
+  const sync = async () => {
+    pending = false;
+    const spec = model.get("spec");
+    const datasets = model.get("datasets");
+    const runtimeModule = await runtime(model);
+    const vegaEmbed = runtimeModule.vegaEmbed ?? runtimeModule.default;
+    if (result && spec === shown) {
+      // view.data(name, rows) = view.change(name, changeset().remove(all).insert(rows))
+      for (const [name, columns] of Object.entries(datasets)) result.view.data(name, rowsOf(columns));
+      await result.view.runAsync();
+    } else {
+      const full = { ...spec, datasets: {} };
+      for (const [name, columns] of Object.entries(datasets)) full.datasets[name] = rowsOf(columns);
+      const next = await vegaEmbed(box, full, { renderer: "svg", actions: false });
+      if (result) result.finalize();
+      result = next;
+      shown = spec;
+    }
+    box.dataset.kvlabRevision = String(model.get("revision"));
+  };
+  const schedule = () => {
+    if (pending) return;
+    pending = true;
+    queue = queue.then(() => new Promise((r) => setTimeout(r, 0))).then(sync).catch((err) => {
+      box.textContent = `kvlab chart error: ${err}`;
+      console.error(err);
+    });
+  };
+  model.on("change:revision", schedule);
+  schedule();
+  return () => {
+    model.off("change:revision", schedule);
+    if (result) result.finalize();
+  };
+}
+
+export default { render };

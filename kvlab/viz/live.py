@@ -1,0 +1,171 @@
+"""A chart widget that follows its controls: new data update the drawn Vega view in place.
+
+:class:`LiveChart` is a small anywidget (our ESM, ``live.js``, a few KB) holding an altair
+chart as two synced traits: ``spec``, the Vega-Lite spec without its rows (every named
+dataset renamed ``d0``, ``d1``, … in order of appearance, so the same chart over other data
+gives the same spec), and ``datasets``, the rows (name → ``{column: values}``, columnar to
+keep the message small). Assigning ``live.chart = chart`` serialises the chart without schema
+validation; when its data-free spec equals the one shown only ``datasets`` is sent and the
+browser replaces the rows of the existing view (``view.change`` + ``runAsync``), otherwise the
+chart is embedded anew. Charts draw as SVG.
+
+The Vega runtime (vega-embed, Vega-Lite, Vega; ~0.9 MB) is never a synced trait, so a saved
+notebook stays small: the first LiveChart on a page asks the kernel for it by custom message
+(not part of saved widget state), the kernel answers with
+``vl_convert.javascript_bundle`` (built once per process, ~1 s), and the page imports it once
+and shares it with every LiveChart. With no kernel answering within 4 s (an executed notebook
+opened without a kernel, or a kernel busy for longer) the page imports vega-embed from
+``esm.sh`` instead, which needs internet access.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+import anywidget
+import traitlets
+
+_ESM = Path(__file__).with_name("live.js")
+_NEED_VEGA = "kvlab-need-vega"
+
+
+@functools.lru_cache(maxsize=1)
+def vega_runtime() -> str:
+    """The Vega runtime the browser side imports: one ES module exporting ``vegaEmbed``,
+    ``vega`` and ``vegaLite`` (vl-convert's bundle of the Vega-Lite version altair emits),
+    built once per process (~0.9 MB of text)."""
+    import vl_convert as vlc
+
+    version = "v" + ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+    return vlc.javascript_bundle("export { vegaEmbed, vega, vegaLite };", vl_version=version)
+
+
+def split_spec(spec: dict) -> tuple[dict, dict[str, dict[str, list]]]:
+    """Split a Vega-Lite spec dict into (spec without rows, datasets by deterministic name).
+
+    Every ``{"name": …}`` data reference to a top-level dataset is renamed ``d0``, ``d1``, …
+    in order of first appearance (a depth-first walk of the spec, keys in their order); the
+    rows of each become columns (``{column: [values]}``, columns in order of first appearance;
+    a row without a column gives ``None``). Datasets nothing refers to are dropped. ``spec`` is
+    not changed.
+
+    Raises:
+        ValueError: ``spec`` is not a dict, or its ``datasets`` is not a dict of row lists.
+
+    Example:
+        >>> spec = {"datasets": {"data-9f": [{"x": 1}, {"x": 2, "y": 3}]}, "data": {"name": "data-9f"},
+        ...         "mark": "point"}
+        >>> split_spec(spec)
+        ({'data': {'name': 'd0'}, 'mark': 'point'}, {'d0': {'x': [1, 2], 'y': [None, 3]}})
+    """
+    if not isinstance(spec, dict):
+        raise ValueError(f"spec must be a Vega-Lite spec dict, got {type(spec).__name__}")
+    rows_by_name = spec.get("datasets", {})
+    if not isinstance(rows_by_name, dict) or not all(isinstance(r, list) for r in rows_by_name.values()):
+        raise ValueError("spec['datasets'] must map dataset names to lists of rows")
+    names: dict[str, str] = {}
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {}
+            for key, value in node.items():
+                if key == "data" and isinstance(value, dict) and value.get("name") in rows_by_name:
+                    new = names.setdefault(value["name"], f"d{len(names)}")
+                    out[key] = {**value, "name": new}
+                else:
+                    out[key] = walk(value)
+            return out
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    bare = walk({k: v for k, v in spec.items() if k != "datasets"})
+    return bare, {new: _columns(rows_by_name[old]) for old, new in names.items()}
+
+
+def _columns(rows: list[dict]) -> dict[str, list]:
+    keys: dict[str, None] = {}
+    for row in rows:
+        keys.update(dict.fromkeys(row))
+    return {k: [row.get(k) for row in rows] for k in keys}
+
+
+class LiveChart(anywidget.AnyWidget):
+    """An altair chart as a widget whose data updates redraw in place (see the module doc).
+
+    Args:
+        chart: the altair chart to show first (any top-level chart; ``None``: empty).
+
+    Attributes:
+        chart: the altair chart shown; assign a new one to update the widget.
+        spec: the synced data-free Vega-Lite spec (datasets named ``d0``, ``d1``, …).
+        datasets: the synced rows, ``{name: {column: values}}``.
+        revision: bumped once per assignment; the browser redraws once per revision.
+        embeds: how many assignments sent a new spec (the others sent data only).
+
+    Raises:
+        ValueError: ``chart`` is not an altair chart.
+
+    Example:
+        >>> import altair as alt, polars as pl
+        >>> live = LiveChart(alt.Chart(pl.DataFrame({"x": [1, 2]})).mark_line().encode(x="x:Q", y="x:Q"))
+        >>> live.chart = alt.Chart(pl.DataFrame({"x": [5, 7, 9]})).mark_line().encode(x="x:Q", y="x:Q")
+        >>> live.datasets, live.embeds   # the same spec: only the rows were sent
+        ({'d0': {'x': [5, 7, 9]}}, 1)
+    """
+
+    _esm = _ESM
+    spec = traitlets.Dict().tag(sync=True)
+    datasets = traitlets.Dict().tag(sync=True)
+    revision = traitlets.Int(0).tag(sync=True)
+
+    def __init__(self, chart: alt.TopLevelMixin | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._chart: alt.TopLevelMixin | None = None
+        self.embeds = 0
+        self.on_msg(self._on_custom_message)
+        if chart is not None:
+            self.chart = chart
+
+    @property
+    def chart(self) -> alt.TopLevelMixin | None:
+        """The altair chart on display."""
+        return self._chart
+
+    @chart.setter
+    def chart(self, chart: alt.TopLevelMixin) -> None:
+        if not isinstance(chart, alt.TopLevelMixin):
+            raise ValueError(f"chart must be an altair chart, got {type(chart).__name__}")
+        self.show_spec(chart.to_dict(validate=False))
+        self._chart = chart
+
+    def show_spec(self, spec: dict) -> None:
+        """Show a Vega-Lite spec dict (as :func:`split_spec` splits it): data only when its
+        data-free spec equals the one on display."""
+        bare, datasets = split_spec(spec)
+        with self.hold_sync():
+            if bare != self.spec:
+                self.spec = bare
+                self.embeds += 1
+            self.datasets = datasets
+            self.revision += 1
+
+    def _on_custom_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        if isinstance(content, dict) and content.get("type") == _NEED_VEGA:
+            self.send({"type": "kvlab-vega-runtime", "source": vega_runtime()})
+
+
+def live_renderer(spec: dict, **_metadata: Any) -> dict:
+    """An altair renderer (``alt.renderers.register``) that shows every chart as a
+    :class:`LiveChart`: the widget's mimebundle (a few KB of state plus the rows; the Vega
+    runtime comes from the kernel)."""
+    live = LiveChart()
+    live.show_spec(copy.deepcopy(spec))
+    return live._repr_mimebundle_()
+
+
+__all__ = ["LiveChart", "live_renderer", "split_spec", "vega_runtime"]
