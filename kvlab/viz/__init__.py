@@ -36,7 +36,7 @@ import polars as pl
 from kvlab.viz.cluster_charts import ttft_cdf, ttft_cdf_chart, ttft_vs_rate_chart, worker_queue_chart
 from kvlab.viz.engine_charts import block_pool_chart, radix_tree_chart, tree_layout
 from kvlab.viz.figures import cache_ratio_chart, figure9_chart, table1_chart
-from kvlab.viz.live import LiveChart, live_renderer, split_spec
+from kvlab.viz.live import LiveChart, live_renderer, split_spec, with_datasets
 from kvlab.viz.run_charts import (
     downsample_timeline,
     hit_ratio_chart,
@@ -135,5 +135,5 @@ def use_offline_rendering() -> None:
 __all__ = ["LiveChart", "block_pool_chart", "cache_ratio_chart", "downsample_timeline", "figure9_chart",
            "hit_ratio_chart", "hit_ratio_curve", "hit_ratio_timeline", "occupancy_chart", "radix_tree_chart",
            "run_timeline", "save_chart", "split_spec", "table1_chart", "tier_breakdown", "tier_breakdown_chart",
-           "tree_layout", "ttft_cdf", "ttft_cdf_chart", "ttft_vs_rate_chart", "use_offline_rendering",
+           "tree_layout", "ttft_cdf", "ttft_cdf_chart", "ttft_vs_rate_chart", "use_offline_rendering", "with_datasets",
            "worker_queue_chart"]

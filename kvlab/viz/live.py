@@ -9,6 +9,12 @@ validation; when its data-free spec equals the one shown only ``datasets`` is se
 browser replaces the rows of the existing view (``view.change`` + ``runAsync``), otherwise the
 chart is embedded anew. Charts draw as SVG.
 
+The hot path of a panel skips altair altogether: a chart *template* reads named datasets
+(``alt.NamedData``) and :meth:`LiveChart.show` takes the template and the polars frames by
+name; with the template on display, a move converts the frames to columns and sends them
+(building and serialising an altair chart costs ~100 ms of CPU per move on the run charts).
+:func:`with_datasets` gives the self-contained altair chart (template + rows).
+
 The Vega runtime (vega-embed, Vega-Lite, Vega; ~0.9 MB) is never a synced trait, so a saved
 notebook stays small: the first LiveChart on a page asks the kernel for it by custom message
 (not part of saved widget state), the kernel answers with
@@ -20,13 +26,13 @@ opened without a kernel, or a kernel busy for longer) the page imports vega-embe
 
 from __future__ import annotations
 
-import copy
 import functools
 from pathlib import Path
 from typing import Any
 
 import altair as alt
 import anywidget
+import polars as pl
 import traitlets
 
 _ESM = Path(__file__).with_name("live.js")
@@ -44,14 +50,18 @@ def vega_runtime() -> str:
     return vlc.javascript_bundle("export { vegaEmbed, vega, vegaLite };", vl_version=version)
 
 
-def split_spec(spec: dict) -> tuple[dict, dict[str, dict[str, list]]]:
-    """Split a Vega-Lite spec dict into (spec without rows, datasets by deterministic name).
+def split_spec(spec: dict, names: tuple[str, ...] = ()) -> tuple[dict, dict[str, dict[str, list]], dict[str, str]]:
+    """Split a Vega-Lite spec dict into (spec without rows, datasets by deterministic name, renaming).
 
-    Every ``{"name": …}`` data reference to a top-level dataset is renamed ``d0``, ``d1``, …
-    in order of first appearance (a depth-first walk of the spec, keys in their order); the
-    rows of each become columns (``{column: [values]}``, columns in order of first appearance;
-    a row without a column gives ``None``). Datasets nothing refers to are dropped. ``spec`` is
-    not changed.
+    Every ``{"name": …}`` data reference to a top-level dataset (or to one of ``names``,
+    datasets supplied apart) is renamed ``d0``, ``d1``, … in order of first appearance (a
+    depth-first walk of the spec, keys in their order); the rows of each top-level dataset
+    become columns (``{column: [values]}``, columns in order of first appearance; a row
+    without a column gives ``None``). Datasets nothing refers to are dropped. ``spec`` is not
+    changed.
+
+    Returns:
+        ``(bare, datasets, renaming)``; ``renaming`` maps each original name to ``d<i>``.
 
     Raises:
         ValueError: ``spec`` is not a dict, or its ``datasets`` is not a dict of row lists.
@@ -60,21 +70,22 @@ def split_spec(spec: dict) -> tuple[dict, dict[str, dict[str, list]]]:
         >>> spec = {"datasets": {"data-9f": [{"x": 1}, {"x": 2, "y": 3}]}, "data": {"name": "data-9f"},
         ...         "mark": "point"}
         >>> split_spec(spec)
-        ({'data': {'name': 'd0'}, 'mark': 'point'}, {'d0': {'x': [1, 2], 'y': [None, 3]}})
+        ({'data': {'name': 'd0'}, 'mark': 'point'}, {'d0': {'x': [1, 2], 'y': [None, 3]}}, {'data-9f': 'd0'})
     """
     if not isinstance(spec, dict):
         raise ValueError(f"spec must be a Vega-Lite spec dict, got {type(spec).__name__}")
     rows_by_name = spec.get("datasets", {})
     if not isinstance(rows_by_name, dict) or not all(isinstance(r, list) for r in rows_by_name.values()):
         raise ValueError("spec['datasets'] must map dataset names to lists of rows")
-    names: dict[str, str] = {}
+    known = set(rows_by_name) | set(names)
+    renaming: dict[str, str] = {}
 
     def walk(node: Any) -> Any:
         if isinstance(node, dict):
             out = {}
             for key, value in node.items():
-                if key == "data" and isinstance(value, dict) and value.get("name") in rows_by_name:
-                    new = names.setdefault(value["name"], f"d{len(names)}")
+                if key == "data" and isinstance(value, dict) and value.get("name") in known:
+                    new = renaming.setdefault(value["name"], f"d{len(renaming)}")
                     out[key] = {**value, "name": new}
                 else:
                     out[key] = walk(value)
@@ -84,7 +95,21 @@ def split_spec(spec: dict) -> tuple[dict, dict[str, dict[str, list]]]:
         return node
 
     bare = walk({k: v for k, v in spec.items() if k != "datasets"})
-    return bare, {new: _columns(rows_by_name[old]) for old, new in names.items()}
+    datasets = {new: _columns(rows_by_name[old]) for old, new in renaming.items() if old in rows_by_name}
+    return bare, datasets, renaming
+
+
+def with_datasets(template: alt.TopLevelMixin, frames: dict[str, pl.DataFrame]) -> alt.TopLevelMixin:
+    """``template`` (a chart over ``alt.NamedData`` names) with the rows of ``frames`` as its
+    top-level ``datasets``: a self-contained chart (save it, display it, read its data).
+
+    Raises:
+        ValueError: a value of ``frames`` is not a polars DataFrame.
+    """
+    for name, frame in frames.items():
+        if not isinstance(frame, pl.DataFrame):
+            raise ValueError(f"frames[{name!r}] must be a polars DataFrame, got {type(frame).__name__}")
+    return template.properties(datasets={name: frame.to_dicts() for name, frame in frames.items()})
 
 
 def _columns(rows: list[dict]) -> dict[str, list]:
@@ -126,6 +151,8 @@ class LiveChart(anywidget.AnyWidget):
     def __init__(self, chart: alt.TopLevelMixin | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._chart: alt.TopLevelMixin | None = None
+        self._template: tuple[alt.TopLevelMixin, dict[str, str]] | None = None
+        self._frames: dict[str, pl.DataFrame] = {}
         self.embeds = 0
         self.on_msg(self._on_custom_message)
         if chart is not None:
@@ -133,7 +160,10 @@ class LiveChart(anywidget.AnyWidget):
 
     @property
     def chart(self) -> alt.TopLevelMixin | None:
-        """The altair chart on display."""
+        """The altair chart on display (after :meth:`show`: the template with its rows,
+        built on first read)."""
+        if self._chart is None and self._template is not None:
+            self._chart = with_datasets(self._template[0], self._frames)
         return self._chart
 
     @chart.setter
@@ -143,16 +173,46 @@ class LiveChart(anywidget.AnyWidget):
         self.show_spec(chart.to_dict(validate=False))
         self._chart = chart
 
+    def show(self, template: alt.TopLevelMixin, frames: dict[str, pl.DataFrame]) -> None:
+        """Show ``template`` (a chart reading ``alt.NamedData`` datasets named as the keys of
+        ``frames``) over the rows of ``frames``. With the same template object on display only
+        the rows are sent (columns straight from polars, no altair call); a new template is
+        serialised once (no validation) and embedded unless its spec equals the one shown.
+
+        Raises:
+            ValueError: ``template`` not an altair chart, a frame not a polars DataFrame.
+        """
+        if not isinstance(template, alt.TopLevelMixin):
+            raise ValueError(f"template must be an altair chart, got {type(template).__name__}")
+        for name, frame in frames.items():
+            if not isinstance(frame, pl.DataFrame):
+                raise ValueError(f"frames[{name!r}] must be a polars DataFrame, got {type(frame).__name__}")
+        bare = None
+        if self._template is None or self._template[0] is not template:
+            bare, _, renaming = split_spec(template.to_dict(validate=False), tuple(frames))
+            self._template = (template, renaming)
+        renaming = self._template[1]
+        self._frames, self._chart = dict(frames), None
+        self._set(bare, {renaming[name]: frame.to_dict(as_series=False)
+                         for name, frame in frames.items() if name in renaming})
+
     def show_spec(self, spec: dict) -> None:
         """Show a Vega-Lite spec dict (as :func:`split_spec` splits it): data only when its
         data-free spec equals the one on display."""
-        bare, datasets = split_spec(spec)
+        bare, datasets, _ = split_spec(spec)
+        self._template = None
+        self._set(bare, datasets)
+
+    def _set(self, bare: dict | None, datasets: dict | None) -> None:
+        """Send a new spec (``None``: keep) and/or datasets (``None``: keep); the browser
+        redraws once per call that sends datasets."""
         with self.hold_sync():
-            if bare != self.spec:
+            if bare is not None and bare != self.spec:
                 self.spec = bare
                 self.embeds += 1
-            self.datasets = datasets
-            self.revision += 1
+            if datasets is not None:
+                self.datasets = datasets
+                self.revision += 1
 
     def _on_custom_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if isinstance(content, dict) and content.get("type") == _NEED_VEGA:
@@ -164,8 +224,8 @@ def live_renderer(spec: dict, **_metadata: Any) -> dict:
     :class:`LiveChart`: the widget's mimebundle (a few KB of state plus the rows; the Vega
     runtime comes from the kernel)."""
     live = LiveChart()
-    live.show_spec(copy.deepcopy(spec))
+    live.show_spec(spec)
     return live._repr_mimebundle_()
 
 
-__all__ = ["LiveChart", "live_renderer", "split_spec", "vega_runtime"]
+__all__ = ["LiveChart", "live_renderer", "split_spec", "vega_runtime", "with_datasets"]
