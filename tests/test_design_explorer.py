@@ -253,4 +253,4 @@ def test_a_capacity_move_sends_rows_only(small) -> None:
     assert panel.chart.datasets["d1"]["label"] == ["capacity 3.906 GiB = 25 blocks", "capacity 63.91 GiB = 409 blocks"]
     panel.num_tiers.value = 3
     assert panel.chart.embeds == embeds + 1
-    assert panel.chart.spec["vconcat"][2]["layer"][0]["encoding"]["y"]["title"] == "NVMe GiB"
+    assert panel.chart.spec["vconcat"][0]["vconcat"][2]["layer"][0]["encoding"]["y"]["title"] == "NVMe GiB"

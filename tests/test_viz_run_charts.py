@@ -59,7 +59,7 @@ def test_occupancy_chart_spec() -> None:
         assert set(rows["metric"]) == {"used_blocks", "capacity_blocks", "hit_ratio_rolling"}
     spec = occupancy_chart(result, warmup_end_s=1.0, y_max=10).to_dict()
     assert spec["datasets"]["occupancy_axis_top"] == [{"value": 10.0}]
-    assert spec["datasets"]["occupancy_marks"] == [{"time_s": 1.0, "label": "warm-up ends"}]
+    assert spec["datasets"]["occupancy_marks"] == [{"time_s": 1.0, "label": "warm-up ends", "opacity": 1.0}]
     # the spec is the same whatever the data: only the datasets differ
     bare = {k: v for k, v in spec.items() if k != "datasets"}
     assert bare == {k: v for k, v in occupancy_chart(result.timeline.head(2)).to_dict().items() if k != "datasets"}

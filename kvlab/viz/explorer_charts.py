@@ -104,7 +104,9 @@ def explorer_template(tier_names: tuple[str, ...], colors: tuple[str, ...]) -> a
         rows.append(alt.layer(line, rule, top, label).properties(width=CHART_WIDTH, height=85))
     bars = tier_breakdown_template(tuple(names), tuple(colors), CHART_WIDTH).properties(
         title="block references served by each tier (or computed)")
-    return alt.vconcat(*rows, bars, spacing=8).properties(title="resident KV per tier (dashed: capacity)")
+    # one legend, of the tier rows (the bars name their tiers on the y axis); one colour scale
+    return alt.vconcat(alt.vconcat(*rows, spacing=8), bars).resolve_legend(color="independent").properties(
+        title="resident KV per tier (dashed: capacity)")
 
 
 __all__ = ["CAPACITY_DATASET", "CHART_WIDTH", "RESIDENT_DATASET", "explorer_data", "explorer_template"]

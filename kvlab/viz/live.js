@@ -12,36 +12,25 @@ const FALLBACK_MS = 4000;
 const FALLBACK_URL = "https://esm.sh/vega-embed@7?deps=vega@6,vega-lite@6";
 
 function runtime(model) {
+  // The first of: the kernel's answer (however late), or esm.sh after FALLBACK_MS (which
+  // fails without internet, and then the kernel's answer is still awaited).
   if (!globalThis.__kvlabVega) {
-    globalThis.__kvlabVega = new Promise((resolve, reject) => {
-      let settled = false;
-      const settle = async (load) => {
-        if (settled) return;
-        settled = true;
-        model.off("msg:custom", onMessage);
-        try {
-          resolve(await load());
-        } catch (err) {
-          delete globalThis.__kvlabVega;
-          reject(err);
-        }
-      };
+    const fromKernel = new Promise((resolve, reject) => {
       const onMessage = (msg) => {
-        if (msg && msg.type === "kvlab-vega-runtime") {
-          settle(async () => {
-            const url = URL.createObjectURL(new Blob([msg.source], { type: "text/javascript" }));
-            try {
-              return await import(url);
-            } finally {
-              URL.revokeObjectURL(url);
-            }
-          });
-        }
+        if (!msg || msg.type !== "kvlab-vega-runtime") return;
+        model.off("msg:custom", onMessage);
+        const url = URL.createObjectURL(new Blob([msg.source], { type: "text/javascript" }));
+        import(url).then(resolve, reject).finally(() => URL.revokeObjectURL(url));
       };
       model.on("msg:custom", onMessage);
       model.send({ type: "kvlab-need-vega" });
-      setTimeout(() => settle(() => import(FALLBACK_URL)), FALLBACK_MS);
     });
+    let answered = false;
+    fromKernel.then(() => { answered = true; }, () => {});
+    const fromCdn = new Promise((r) => setTimeout(r, FALLBACK_MS)).then(
+      () => (answered ? new Promise(() => {}) : import(FALLBACK_URL)));
+    globalThis.__kvlabVega = Promise.any([fromKernel, fromCdn]);
+    globalThis.__kvlabVega.catch(() => delete globalThis.__kvlabVega);
   }
   return globalThis.__kvlabVega;
 }
@@ -85,9 +74,12 @@ function render({ model, el }) {
       result = next;
       shown = spec;
     }
+    // for browser tests and benchmarks: which revision is drawn, when it arrived and was drawn
     box.dataset.kvlabRevision = String(model.get("revision"));
+    box.dataset.kvlabDrawnMs = String(performance.now());
   };
   const schedule = () => {
+    box.dataset.kvlabReceivedMs = String(performance.now());
     if (pending) return;
     pending = true;
     queue = queue.then(() => new Promise((r) => setTimeout(r, 0))).then(sync).catch((err) => {

@@ -20,13 +20,16 @@ notebook stays small: the first LiveChart on a page asks the kernel for it by cu
 (not part of saved widget state), the kernel answers with
 ``vl_convert.javascript_bundle`` (built once per process, ~1 s), and the page imports it once
 and shares it with every LiveChart. With no kernel answering within 4 s (an executed notebook
-opened without a kernel, or a kernel busy for longer) the page imports vega-embed from
-``esm.sh`` instead, which needs internet access.
+opened without a kernel) the page imports vega-embed from ``esm.sh`` instead, which needs
+internet access; whichever arrives first is used (a kernel answering late still wins when
+esm.sh cannot be reached). The first LiveChart of a process builds the runtime on a
+background thread, so the request is usually answered at once.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,13 @@ def vega_runtime() -> str:
 
     version = "v" + ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
     return vlc.javascript_bundle("export { vegaEmbed, vega, vegaLite };", vl_version=version)
+
+
+@functools.lru_cache(maxsize=1)
+def _prepare_runtime() -> None:
+    """Build :func:`vega_runtime` on a background thread once per process, so the first
+    page's request is answered without the ~1 s build."""
+    threading.Thread(target=vega_runtime, name="kvlab-vega-runtime", daemon=True).start()
 
 
 def split_spec(spec: dict, names: tuple[str, ...] = ()) -> tuple[dict, dict[str, dict[str, list]], dict[str, str]]:
@@ -155,6 +165,7 @@ class LiveChart(anywidget.AnyWidget):
         self._frames: dict[str, pl.DataFrame] = {}
         self.embeds = 0
         self.on_msg(self._on_custom_message)
+        _prepare_runtime()
         if chart is not None:
             self.chart = chart
 

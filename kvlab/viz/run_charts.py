@@ -137,12 +137,13 @@ def occupancy_data(source: RunResult | pl.DataFrame, *, max_points: int = CHART_
     """The rows :func:`occupancy_template` draws, by dataset name (:data:`OCCUPANCY_DATASETS`).
 
     Returns:
-        ``occupancy_timeline``: the long timeline (``step, time_s, tier, metric, value``) of
+        ``occupancy_timeline``: the long timeline (``time_s, tier, metric, value``) of
         ``used_blocks``, ``capacity_blocks`` and ``hit_ratio_rolling``, binned to at most
         ``max_points`` per tier and metric (:func:`downsample_timeline`, fewer past
         :data:`MAX_CHART_ROWS` rows); ``occupancy_axis_top``: ``value`` (f64), the y-axis top
-        (0 or 1 row); ``occupancy_marks``: ``time_s`` (f64), ``label`` (str), the warm-up end
-        (0 or 1 row).
+        (0 or 1 row); ``occupancy_marks``: ``time_s`` (f64), ``label`` (str), ``opacity`` (f64),
+        the warm-up end (one row; without a warm-up an invisible one at the first time, so no
+        layer of the chart is ever empty).
 
     Raises:
         ValueError: as :func:`occupancy_chart`.
@@ -153,10 +154,13 @@ def occupancy_data(source: RunResult | pl.DataFrame, *, max_points: int = CHART_
     ratio_rows = hit_ratio_timeline(source) if has_hits else timeline.clear()
     top = [] if y_max is None else [check_real("y_max", y_max, low=0.0)]
     marks = [] if warmup_end_s is None else [check_real("warmup_end_s", warmup_end_s)]
-    return {"occupancy_timeline": _binned(pl.concat([occupancy, ratio_rows]), max_points),
+    binned = _binned(pl.concat([occupancy, ratio_rows]), max_points).drop("step")
+    start = binned["time_s"].min() if binned.height else 0.0
+    return {"occupancy_timeline": binned,
             "occupancy_axis_top": pl.DataFrame({"value": top}, schema={"value": pl.Float64}),
-            "occupancy_marks": pl.DataFrame({"time_s": marks, "label": ["warm-up ends"] * len(marks)},
-                                            schema={"time_s": pl.Float64, "label": pl.String})}
+            "occupancy_marks": pl.DataFrame({"time_s": marks or [start], "label": ["warm-up ends"] * len(marks) or [""],
+                                             "opacity": [1.0] * len(marks) or [0.0]},
+                                            schema={"time_s": pl.Float64, "label": pl.String, "opacity": pl.Float64})}
 
 
 @functools.lru_cache(maxsize=16)
@@ -188,7 +192,8 @@ def occupancy_template(title: str | None = None) -> alt.VConcatChart:
                               alt.Tooltip("value:Q", title="block hit ratio", format=".3f")])
     rule = alt.Chart(alt.NamedData(name=OCCUPANCY_DATASETS[2])).mark_rule(
         color="grey", strokeDash=[2, 2], strokeWidth=1.5).encode(
-        x="time_s:Q", tooltip=["label:N", alt.Tooltip("time_s:Q", title="time (s)", format=",.1f")])
+        x="time_s:Q", opacity=alt.Opacity("opacity:Q", scale=None, legend=None),
+        tooltip=["label:N", alt.Tooltip("time_s:Q", title="time (s)", format=",.1f")])
     chart = alt.vconcat(alt.layer(used, cap_line, cap_label, axis_top, rule).properties(width=CHART_WIDTH, height=220),
                         alt.layer(ratio, rule).properties(width=CHART_WIDTH, height=120))
     return chart.properties(title=title) if title else chart
