@@ -249,8 +249,8 @@ def test_a_capacity_move_sends_rows_only(small) -> None:
         assert panel.chart.spec is spec and panel.chart.embeds == embeds
         assert panel.chart.revision == revision + 1
     # Llama-3.1-70B: 160 MiB blocks, so 4 GiB and 64 GiB hold 25 and 409 blocks
-    assert panel.chart.datasets["d1"]["capacity_gib"] == [25 * 160 / 1024, 409 * 160 / 1024]
-    assert panel.chart.datasets["d1"]["label"] == ["capacity 3.906 GiB = 25 blocks", "capacity 63.91 GiB = 409 blocks"]
+    assert panel.chart.columns("d1")["capacity_gib"] == [25 * 160 / 1024, 409 * 160 / 1024]
+    assert panel.chart.columns("d1")["label"] == ["capacity 3.906 GiB = 25 blocks", "capacity 63.91 GiB = 409 blocks"]
     panel.num_tiers.value = 3
     assert panel.chart.embeds == embeds + 1
     assert panel.chart.spec["vconcat"][0]["vconcat"][2]["layer"][0]["encoding"]["y"]["title"] == "NVMe GiB"

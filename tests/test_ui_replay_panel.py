@@ -40,10 +40,10 @@ def test_a_capacity_move_sends_rows_only(conversation) -> None:
         panel.capacity.value = value
         assert panel.chart.spec is spec and panel.chart.embeds == 1 and panel.chart.revision == revision + 1
     # the y axis stays put: the trace's 182,790 distinct blocks, or a larger capacity
-    assert panel.chart.datasets["d1"] == {"value": [200_000.0]}
+    assert panel.chart.columns("d1") == {"value": [200_000.0]}
     panel.capacity.value = 1_000
-    assert panel.chart.datasets["d1"] == {"value": [182_790.0]}
-    timeline = pl.DataFrame(panel.chart.datasets["d0"])
+    assert panel.chart.columns("d1") == {"value": [182_790.0]}
+    timeline = pl.DataFrame(panel.chart.columns("d0"))
     assert metric_max(timeline, "capacity_blocks") == 1_000
     assert timeline.group_by("metric").len()["len"].max() <= 640  # one point per pixel of width
     assert "<b>capacity</b> 1,000 blocks" in panel.summary.value

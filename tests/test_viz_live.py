@@ -41,7 +41,8 @@ def test_a_data_change_sends_rows_only_and_a_new_spec_re_embeds() -> None:
     assert live.embeds == 1 and live.revision == 1
     live.chart = line(pl.DataFrame({"x": [7, 8, 9], "y": [1, 2, 3]}))
     assert live.spec is spec and live.embeds == 1 and live.revision == 2
-    assert live.datasets == {"d0": {"x": [7, 8, 9], "y": [1, 2, 3]}, "d1": {"y": [3]}}
+    assert live.columns("d0") == {"x": [7, 8, 9], "y": [1, 2, 3]} and live.columns("d1") == {"y": [3]}
+    assert live.datasets["d0"] == {"x": "[7,8,9]", "y": "[1,2,3]"}  # one JSON text per column
     live.chart = line(pl.DataFrame({"x": [7], "y": [1]}), title="other")
     assert live.embeds == 2 and live.spec["title"] == "other" and live.revision == 3
     assert live.chart.to_dict()["title"] == "other"
@@ -53,10 +54,15 @@ def test_show_sends_polars_columns_without_altair() -> None:
     template = alt.Chart(alt.NamedData(name="rows")).mark_point().encode(x="a:Q", y="b:Q")
     live = LiveChart()
     live.show(template, {"rows": pl.DataFrame({"a": [1, 2], "b": [0.5, None]})})
-    assert live.spec["data"] == {"name": "d0"} and live.datasets == {"d0": {"a": [1, 2], "b": [0.5, None]}}
+    assert live.spec["data"] == {"name": "d0"} and live.columns("d0") == {"a": [1, 2], "b": [0.5, None]}
     spec = live.spec
     live.show(template, {"rows": pl.DataFrame({"a": [3], "b": [1.5]})})
-    assert live.spec is spec and live.embeds == 1 and live.datasets == {"d0": {"a": [3], "b": [1.5]}}
+    assert live.spec is spec and live.embeds == 1 and live.columns("d0") == {"a": [3], "b": [1.5]}
+    live.show(template, {"rows": pl.DataFrame({"a": [1.0], "b": [float("nan")]})})
+    assert live.datasets["d0"] == {"a": "[1.0]", "b": "[null]"}
+    with pytest.raises(ValueError, match=r"no dataset 'd7'; have \['d0'\]"):
+        live.columns("d7")
+    live.show(template, {"rows": pl.DataFrame({"a": [3], "b": [1.5]})})
     assert live.chart.to_dict()["datasets"] == {"rows": [{"a": 3, "b": 1.5}]}  # the altair chart, rows inside
     assert with_datasets(template, {"rows": pl.DataFrame({"a": [3], "b": [1.5]})}).to_dict() == live.chart.to_dict()
     with pytest.raises(ValueError, match=r"frames\['rows'\] must be a polars DataFrame, got list"):

@@ -1,8 +1,8 @@
 // kvlab LiveChart: a Vega view that follows its model (see kvlab/viz/live.py).
 //
 // Traits: `spec` (a Vega-Lite spec whose data are named datasets d0, d1, ... and which holds no
-// rows) and `datasets` (name -> {column: values}). A new spec re-embeds the chart; new datasets
-// under the same spec replace the rows of the existing view in place (view.data: no re-embed,
+// rows) and `datasets` (name -> {column: JSON text of its values}). A new spec re-embeds the
+// chart; new datasets under the same spec replace the rows of the existing view in place (view.data: no re-embed,
 // no re-parse).
 // The Vega runtime comes from the kernel by custom message (never part of the saved widget
 // state), is imported once per page from a Blob URL and shared by every LiveChart on the page;
@@ -35,7 +35,10 @@ function runtime(model) {
   return globalThis.__kvlabVega;
 }
 
-function rowsOf(columns) {
+function rowsOf(packed) {
+  // packed: {column: JSON text of its values}
+  const columns = {};
+  for (const [name, text] of Object.entries(packed)) columns[name] = JSON.parse(text);
   const names = Object.keys(columns);
   const n = names.length ? columns[names[0]].length : 0;
   const rows = new Array(n);

@@ -3,11 +3,13 @@
 :class:`LiveChart` is a small anywidget (our ESM, ``live.js``, a few KB) holding an altair
 chart as two synced traits: ``spec``, the Vega-Lite spec without its rows (every named
 dataset renamed ``d0``, ``d1``, … in order of appearance, so the same chart over other data
-gives the same spec), and ``datasets``, the rows (name → ``{column: values}``, columnar to
-keep the message small). Assigning ``live.chart = chart`` serialises the chart without schema
-validation; when its data-free spec equals the one shown only ``datasets`` is sent and the
-browser replaces the rows of the existing view (``view.change`` + ``runAsync``), otherwise the
-chart is embedded anew. Charts draw as SVG.
+gives the same spec), and ``datasets``, the rows (name → ``{column: JSON text of its
+values}``: columnar, and one string per column, so the message is small and a saved
+notebook, which nbformat indents one value per line, stays small too). Assigning
+``live.chart = chart`` serialises the chart without schema validation; when its data-free
+spec equals the one shown only ``datasets`` is sent and the browser replaces the rows of the
+existing view (``view.data``, i.e. ``view.change`` with a remove-all/insert changeset, then
+``runAsync``), otherwise the chart is embedded anew. Charts draw as SVG.
 
 The hot path of a panel skips altair altogether: a chart *template* reads named datasets
 (``alt.NamedData``) and :meth:`LiveChart.show` takes the template and the polars frames by
@@ -29,6 +31,8 @@ background thread, so the request is usually answered at once.
 from __future__ import annotations
 
 import functools
+import json
+import math
 import threading
 from pathlib import Path
 from typing import Any
@@ -129,6 +133,13 @@ def _columns(rows: list[dict]) -> dict[str, list]:
     return {k: [row.get(k) for row in rows] for k in keys}
 
 
+def _packed(columns: dict[str, list]) -> dict[str, str]:
+    """Columns as the ``datasets`` trait holds them: one JSON text per column (NaN and ±inf →
+    ``null``, as Vega reads a missing value)."""
+    return {k: json.dumps([None if isinstance(x, float) and not math.isfinite(x) else x for x in v],
+                          allow_nan=False, separators=(",", ":")) for k, v in columns.items()}
+
+
 class LiveChart(anywidget.AnyWidget):
     """An altair chart as a widget whose data updates redraw in place (see the module doc).
 
@@ -204,7 +215,7 @@ class LiveChart(anywidget.AnyWidget):
             self._template = (template, renaming)
         renaming = self._template[1]
         self._frames, self._chart = dict(frames), None
-        self._set(bare, {renaming[name]: frame.to_dict(as_series=False)
+        self._set(bare, {renaming[name]: _packed(frame.to_dict(as_series=False))
                          for name, frame in frames.items() if name in renaming})
 
     def show_spec(self, spec: dict) -> None:
@@ -212,7 +223,17 @@ class LiveChart(anywidget.AnyWidget):
         data-free spec equals the one on display."""
         bare, datasets, _ = split_spec(spec)
         self._template = None
-        self._set(bare, datasets)
+        self._set(bare, {name: _packed(columns) for name, columns in datasets.items()})
+
+    def columns(self, name: str) -> dict[str, list]:
+        """The rows of dataset ``name`` (``"d0"``, …) as sent: ``{column: values}``.
+
+        Raises:
+            ValueError: no dataset of that name.
+        """
+        if name not in self.datasets:
+            raise ValueError(f"no dataset {name!r}; have {sorted(self.datasets)}")
+        return {k: json.loads(v) for k, v in self.datasets[name].items()}
 
     def _set(self, bare: dict | None, datasets: dict | None) -> None:
         """Send a new spec (``None``: keep) and/or datasets (``None``: keep); the browser
