@@ -131,13 +131,16 @@ class ReplayPanel:
     def _on_change(self, _change: dict) -> None:
         self.refresh()
 
-    def _draw(self, result: RunResult) -> None:
+    def _chart_frames(self, result: RunResult) -> dict:
+        """The occupancy chart's rows for ``result`` (:func:`kvlab.viz.run_charts.occupancy_data`)."""
         capacity = result.config.capacity_blocks
         measured = result.requests.filter("measured")["arrival_s"]
         warmup_end_s = measured[0] if result.summary.warmup_requests and len(measured) else None
-        frames = occupancy_data(result, warmup_end_s=warmup_end_s,
-                                y_max=max(capacity or 0, self.trace.distinct_blocks))
-        self.chart.show(occupancy_template(f"{self.policy.upper()} cache: blocks in use and hit ratio"), frames)
+        return occupancy_data(result, warmup_end_s=warmup_end_s, y_max=max(capacity or 0, self.trace.distinct_blocks))
+
+    def _draw(self, result: RunResult) -> None:
+        title = f"{self.policy.upper()} cache: blocks in use and hit ratio"
+        self.chart.show(occupancy_template(title), self._chart_frames(result))
 
     def _show_summary(self, result: RunResult) -> None:
         s = result.summary
