@@ -161,7 +161,9 @@ class LiveChart(anywidget.AnyWidget):
         >>> live = LiveChart(alt.Chart(pl.DataFrame({"x": [1, 2]})).mark_line().encode(x="x:Q", y="x:Q"))
         >>> live.chart = alt.Chart(pl.DataFrame({"x": [5, 7, 9]})).mark_line().encode(x="x:Q", y="x:Q")
         >>> live.datasets, live.embeds   # the same spec: only the rows were sent
-        ({'d0': {'x': [5, 7, 9]}}, 1)
+        ({'d0': {'x': '[5,7,9]'}}, 1)
+        >>> live.columns("d0")
+        {'x': [5, 7, 9]}
     """
 
     _esm = _ESM
