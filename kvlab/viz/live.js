@@ -8,7 +8,8 @@
 // state), is imported once per page from a Blob URL and shared by every LiveChart on the page;
 // with no kernel answering (a shared executed notebook) it falls back to esm.sh.
 
-const FALLBACK_MS = 4000;
+// Long enough for a kernel busy with the next cells of a run-all (comm messages wait for them).
+const FALLBACK_MS = 15000;
 const FALLBACK_URL = "https://esm.sh/vega-embed@7?deps=vega@6,vega-lite@6";
 
 function runtime(model) {

@@ -21,11 +21,13 @@ The Vega runtime (vega-embed, Vega-Lite, Vega; ~0.9 MB) is never a synced trait,
 notebook stays small: the first LiveChart on a page asks the kernel for it by custom message
 (not part of saved widget state), the kernel answers with
 ``vl_convert.javascript_bundle`` (built once per process, ~1 s), and the page imports it once
-and shares it with every LiveChart. With no kernel answering within 4 s (an executed notebook
-opened without a kernel) the page imports vega-embed from ``esm.sh`` instead, which needs
-internet access; whichever arrives first is used (a kernel answering late still wins when
-esm.sh cannot be reached). The first LiveChart of a process builds the runtime on a
-background thread, so the request is usually answered at once.
+and shares it with every LiveChart. With no kernel answering within 15 s (an executed notebook
+opened without a kernel, or whose kernel did not create these widgets; a kernel busy with
+later cells answers once they finish, and 15 s covers a smoke run's cells) the page imports
+vega-embed from ``esm.sh`` instead, which needs internet access; whichever arrives first is
+used (a kernel answering late still wins when esm.sh cannot be reached). The first LiveChart
+of a process builds the runtime on a background thread, so the request is usually answered at
+once.
 """
 
 from __future__ import annotations
