@@ -109,7 +109,7 @@ def test_every_tier_gets_its_line_and_its_bar() -> None:
     assert breakdown.rows() == [("GPU", 3.0, 3 / 9), ("CPU", 2.0, 2 / 9), ("computed", 4.0, 4 / 9)]
     assert set(chart_rows(hit_ratio_chart(timeline, window_steps=2))["tier"]) == {"GPU", "CPU", "all tiers"}
     spec = tier_breakdown_chart(timeline, title="t").to_dict()
-    assert spec["title"] == "t" and [layer["mark"]["type"] for layer in spec["layer"]] == ["bar", "text"]
+    assert spec["title"] == "t" and [layer["mark"]["type"] for layer in spec["layer"]] == ["bar", "text", "point"]
     assert spec["datasets"]["tier_breakdown"] == breakdown.to_dicts()
     colors = {"GPU": "#0072B2", "CPU": "#E69F00", "computed": "#8C8C8C"}
     scale = tier_breakdown_chart(timeline, colors=colors).to_dict()["layer"][0]["encoding"]["color"]["scale"]

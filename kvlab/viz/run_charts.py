@@ -309,7 +309,9 @@ def tier_breakdown_template(names: tuple[str, ...], colors: tuple[str, ...] | No
                  alt.Tooltip("share:Q", format=".1%")])
     labels = base.transform_calculate(label="format(datum.blocks, ',.0f') + ' (' + format(datum.share, '.1%') + ')'"
                                       ).mark_text(align="left", dx=4).encode(text="label:N")
-    return alt.layer(bars, labels).properties(width=width, height=30 * len(names))
+    room = base.transform_joinaggregate(most="max(blocks)").transform_calculate(
+        room="datum.most * 1.25").mark_point(opacity=0).encode(x="room:Q")  # the labels fit right of the bars
+    return alt.layer(bars, labels, room).properties(width=width, height=30 * len(names))
 
 
 def tier_breakdown_chart(source: RunResult | pl.DataFrame, *, title: str | None = None,
