@@ -6,9 +6,9 @@ re-runs ``kvlab.sim.replay``, the summary line and the occupancy chart. Every va
 sets is visited once before the timings (compilation outside them). Reported per control: the
 median and worst CPU time (``time.process_time``) over the repeats, and the median of each
 phase (``report.PhaseTimer``): ``simulate`` (``compute``: the replay and its frames),
-``summary`` (``_show_summary``), ``chart_build`` (``_chart``: the altair chart) and
-``chart_push`` (the rest: assigning the chart to the ``JupyterChart``, which serialises its
-spec and data). Target (issue 17, "Also"): the simulation side (simulate + summary) ≤ 30 ms
+``summary`` (``_show_summary``), ``chart_build`` (``_chart_frames``: the chart's rows) and
+``chart_push`` (the rest: ``LiveChart.show``, which packs the rows as JSON columns; the spec
+is sent once). Target (issue 17, "Also"): the simulation side (simulate + summary) ≤ 30 ms
 median per control; the chart side belongs to the browser issue (18) and is reported only.
 The anchor is the same replay through the policy's reference class
 (``kvlab.sim.replay_reference``), timed once, as a ratio. The design explorer's split is in
@@ -41,7 +41,7 @@ def bench(name: str) -> dict:
     stops = [v for _, v in panel.capacity.options]
     steps = {
         "capacity": (panel.capacity, [stops[len(stops) // 2 - 1], stops[len(stops) // 2]]),
-        "touch order": (panel.touch_order, list(panel.touch_order.options)[::-1][:2]),
+        "touch order": (panel.touch_order, [v for _, v in panel.touch_order.options][::-1][:2]),
         "warm-up": (panel.warmup, [0.2, 0.0]),
     }
     first = {}
@@ -51,7 +51,7 @@ def bench(name: str) -> dict:
             control.value = value
         first[control_name] = time.process_time() - start
     timer = PhaseTimer()
-    for method, phase in (("compute", "simulate"), ("_show_summary", "summary"), ("_chart", "chart_build")):
+    for method, phase in (("compute", "simulate"), ("_show_summary", "summary"), ("_chart_frames", "chart_build")):
         timer.wrap(panel, method, phase)
     results = timer.time_controls(steps, REPEATS, first)
     config = panel.config()

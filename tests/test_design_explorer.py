@@ -19,9 +19,12 @@ from kvlab.tiers.replay import replay_tiered
 from kvlab.ui import DesignExplorer, design_explorer
 from kvlab.ui.design_explorer import TIER_DEVICES, _distinct_rows
 
+#: The explorer's start before issue 18 (two tiers of 16 and 64 GiB): the exact values below use it.
+TWO_TIERS = {"num_tiers": 2, "capacity_gib": (16.0, 64.0, 512.0)}
+
 
 def chart_frame(panel: DesignExplorer, column: str) -> pl.DataFrame:
-    (rows,) = [d for d in panel.chart.chart.to_dict()["datasets"].values() if column in d[0]]
+    (rows,) = [d for d in panel.chart.chart.to_dict()["datasets"].values() if d and column in d[0]]
     return pl.DataFrame(rows)
 
 
@@ -31,7 +34,7 @@ def small(conversation):
 
 
 def test_gib_become_blocks_and_the_chart_follows(small) -> None:
-    panel = design_explorer(small, debounce_s=0)
+    panel = design_explorer(small, **TWO_TIERS, debounce_s=0)
     # Llama-3.1-8B: 128 KiB per token x 512 tokens = 64 MiB per block
     assert panel.block_bytes == 64 * 2**20 and panel.capacity_blocks() == [256, 1024]
     panel.capacity_gib[0].value = 4.0
@@ -39,9 +42,9 @@ def test_gib_become_blocks_and_the_chart_follows(small) -> None:
     assert panel.result.tier_counters["capacity_blocks"].to_list() == [64, 1024]
     caps = chart_frame(panel, "capacity_gib")
     assert caps["capacity_gib"].to_list() == [4.0, 64.0]
-    timeline = chart_frame(panel, "resident_gib")
-    assert timeline.group_by("tier").agg(pl.col("resident_gib").max()).sort("tier")["resident_gib"].to_list() \
-        <= [64.0, 4.0]
+    timeline = chart_frame(panel, "gib")
+    assert timeline.group_by("tier").agg(pl.col("gib").max()).sort("tier")["gib"].to_list() <= [64.0, 4.0]
+    assert caps["label"].to_list() == ["capacity 4 GiB = 64 blocks", "capacity 64 GiB = 1,024 blocks"]
     bars = chart_frame(panel, "served_by")
     assert bars["served_by"].to_list() == ["GPU", "CPU", "computed"]
     assert bars["blocks"].sum() == small.block_refs
@@ -49,14 +52,14 @@ def test_gib_become_blocks_and_the_chart_follows(small) -> None:
 
 def test_exclusive_split_matches_one_lru(small) -> None:
     """Write-back with promotion: the tiers' hits add up to one LRU of the summed blocks."""
-    panel = DesignExplorer(small, debounce_s=0)
+    panel = DesignExplorer(small, **TWO_TIERS, debounce_s=0)
     total = sum(panel.capacity_blocks())
     assert panel.result.summary.hit_blocks == replay(small, capacity_blocks=total).summary.hit_blocks
     assert "GPU" in panel.summary.value and "est. TTFT saved" in panel.summary.value
 
 
 def test_every_control_recomputes(small) -> None:
-    panel = DesignExplorer(small, debounce_s=0)
+    panel = DesignExplorer(small, **TWO_TIERS, debounce_s=0)
     panel.num_tiers.value = 3
     assert panel.result.tier_names == ["GPU", "CPU", "NVMe"]
     panel.write_policy.value = "write_through"
@@ -76,7 +79,7 @@ def test_every_control_recomputes(small) -> None:
 
 
 def test_moved_bytes_and_ttft_saved(small) -> None:
-    panel = DesignExplorer(small, debounce_s=0)
+    panel = DesignExplorer(small, **TWO_TIERS, debounce_s=0)
     moved = panel.bytes_moved()
     counters = {r["tier"]: r for r in panel.result.tier_counters.iter_rows(named=True)}
     cpu = counters["CPU"]
@@ -95,7 +98,7 @@ def test_ttft_saved_is_the_sum_over_requests(small) -> None:
     """The TTFT saved, grouped by distinct (hits per tier) rows, equals the per-request sum of
     the docstring's definition: each tier's hit blocks loaded or recomputed after the context
     of the tiers above."""
-    panel = DesignExplorer(small, debounce_s=0)
+    panel = DesignExplorer(small, **TWO_TIERS, debounce_s=0)
     panel.num_tiers.value = 3
     panel.capacity_gib[0].value, panel.capacity_gib[1].value = 1.0, 4.0
     settings, result, model = panel.shown, panel.result, get_model(panel.shown.model)
@@ -122,7 +125,7 @@ def test_distinct_rows_counts_every_row_once(rows: list[tuple[int, int, int]]) -
 
 
 def test_debounce_waits_for_the_last_change(small) -> None:
-    panel = DesignExplorer(small, debounce_s=0.05)
+    panel = DesignExplorer(small, **TWO_TIERS, debounce_s=0.05)
     before = panel.result
     panel.capacity_gib[0].value = 8.0
     panel.capacity_gib[0].value = 4.0
@@ -136,7 +139,7 @@ def test_a_control_moved_during_a_refresh_waits_for_the_next(small, monkeypatch)
     timer thread. Each refresh replays, summarises and draws its own snapshot; the one asked
     for later is shown even when the earlier one finishes last."""
     module = sys.modules["kvlab.ui.design_explorer"]
-    panel = DesignExplorer(small, debounce_s=0.01)
+    panel = DesignExplorer(small, **TWO_TIERS, debounce_s=0.01)
     inside, release = threading.Event(), threading.Event()
     replayed_tiers, real = [], module.replay_tiered
 
@@ -169,7 +172,7 @@ def test_a_refresh_uses_one_snapshot_of_the_controls(small, monkeypatch) -> None
     """Controls moved between the snapshot and the chart change neither the chart nor the
     summary of that refresh (model and chunk change the GiB per block)."""
     module = sys.modules["kvlab.ui.design_explorer"]
-    panel = DesignExplorer(small, debounce_s=60)  # the changes below only schedule refreshes
+    panel = DesignExplorer(small, **TWO_TIERS, debounce_s=60)  # the changes below only schedule refreshes
     real = module.replay_tiered
 
     def move_controls(workload, tiers, **kwargs):
@@ -182,7 +185,7 @@ def test_a_refresh_uses_one_snapshot_of_the_controls(small, monkeypatch) -> None
     # Llama-3.1-8B, 512-token blocks: 64 MiB each, so 16 GiB and 64 GiB are 256 and 1,024 blocks
     assert panel.shown.model == "Llama-3.1-8B" and panel.result.tier_names == ["GPU", "CPU"]
     assert chart_frame(panel, "capacity_gib")["capacity_gib"].to_list() == [16.0, 64.0]
-    assert "Llama-3.1-8B, 512-token blocks (64 MiB)" in str(panel.chart.chart.to_dict()["vconcat"][0]["title"])
+    assert "<b>Llama-3.1-8B</b>, 512-token blocks (64 MiB each), write-back" in panel.summary.value
     cpu = panel.result.tier_counters.filter(pl.col("tier") == "CPU").row(0, named=True)
     assert panel.bytes_moved()["CPU→"] == cpu["read_blocks"] * 64 * 2**20
     assert f"CPU→ {cpu['read_blocks'] * 64 / 1024:,.1f} GiB" in panel.summary.value
@@ -191,7 +194,7 @@ def test_a_refresh_uses_one_snapshot_of_the_controls(small, monkeypatch) -> None
 def test_a_tier_too_small_for_one_block_is_named(small) -> None:
     """Llama-3.1-405B keeps 2 x 126 layers x 8 heads x 128 x 2 bytes = 504 KiB per token;
     a 4,096-token block (chunk x8) is 1.97 GiB, so a 1 GiB GPU tier holds none."""
-    panel = DesignExplorer(small, debounce_s=0)
+    panel = DesignExplorer(small, **TWO_TIERS, debounce_s=0)
     panel.model.value = "Llama-3.1-405B"
     panel.chunk.value = 8
     assert panel.capacity_blocks() == [8, 32] and "0 blocks" not in panel.summary.value
@@ -199,7 +202,7 @@ def test_a_tier_too_small_for_one_block_is_named(small) -> None:
     assert panel.capacity_blocks() == [0, 32] and panel.result.summary.tier_hit_blocks["GPU"] == 0
     assert panel.summary.value.startswith(
         "<b>⚠ GPU holds 0 blocks: 1 GiB is less than one 4,096-token block of Llama-3.1-405B (1.97 GiB); "
-        "it caches nothing.</b><br><b>block hit ratio</b>")
+        "it caches nothing.</b><br><b>Llama-3.1-405B</b>, 4,096-token blocks")
     panel.capacity_gib[1].value = 1.0
     assert panel.summary.value.count("holds 0 blocks") == 2 and "⚠ CPU holds 0 blocks: 1 GiB" in panel.summary.value
 
@@ -213,4 +216,41 @@ def test_bad_arguments(small) -> None:
     with pytest.raises(ValueError, match=r"TPU"):
         DesignExplorer(small, gpu="TPU")
     with pytest.raises(ValueError, match="debounce_s must be a finite number >= 0.0, got -1"):
-        DesignExplorer(small, debounce_s=-1)
+        DesignExplorer(small, **TWO_TIERS, debounce_s=-1)
+    with pytest.raises(ValueError, match="num_tiers must be an integer in"):
+        DesignExplorer(small, num_tiers=4)
+    with pytest.raises(ValueError, match=r"capacity_gib must give 3 sizes \(GPU, CPU, NVMe\), got \(1.0,\)"):
+        DesignExplorer(small, capacity_gib=(1.0,))
+
+
+def test_defaults_show_every_tier_at_work(conversation) -> None:
+    """Issue 18: the default design on the bundled conversation trace (three tiers of 32, 512
+    and 4,096 GiB; 64 MiB blocks) serves a visible share from every tier, not 4.6 %."""
+    panel = DesignExplorer(conversation, debounce_s=0)
+    assert panel.capacity_blocks() == [512, 8192, 65536]
+    assert panel.result.summary.tier_hit_blocks == {"GPU": 12_168, "CPU": 42_827, "NVMe": 48_975}
+    assert round(panel.result.summary.block_hit_ratio, 4) == 0.3604
+    assert [s.disabled for s in panel.capacity_gib] == [False, False, False]
+    panel.num_tiers.value = 2
+    assert [s.disabled for s in panel.capacity_gib] == [False, False, True]
+    assert [p.disabled for p in panel.policy] == [False, False, True]
+
+
+def test_a_capacity_move_sends_rows_only(small) -> None:
+    """The chart's spec depends on the active tiers only: a capacity, model or policy move
+    sends datasets and the browser updates the drawn view; a tier count change re-embeds."""
+    panel = DesignExplorer(small, **TWO_TIERS, debounce_s=0)
+    spec, embeds = panel.chart.spec, panel.chart.embeds
+    for move in (lambda: setattr(panel.capacity_gib[0], "value", 4.0),
+                 lambda: setattr(panel.model, "value", "Llama-3.1-70B"),
+                 lambda: setattr(panel.policy[1], "value", "s3fifo")):
+        revision = panel.chart.revision
+        move()
+        assert panel.chart.spec is spec and panel.chart.embeds == embeds
+        assert panel.chart.revision == revision + 1
+    # Llama-3.1-70B: 160 MiB blocks, so 4 GiB and 64 GiB hold 25 and 409 blocks
+    assert panel.chart.columns("d1")["capacity_gib"] == [25 * 160 / 1024, 409 * 160 / 1024]
+    assert panel.chart.columns("d1")["label"] == ["capacity 3.906 GiB = 25 blocks", "capacity 63.91 GiB = 409 blocks"]
+    panel.num_tiers.value = 3
+    assert panel.chart.embeds == embeds + 1
+    assert panel.chart.spec["vconcat"][0]["vconcat"][2]["layer"][0]["encoding"]["y"]["title"] == "NVMe GiB"

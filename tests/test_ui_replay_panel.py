@@ -9,7 +9,7 @@ from kvlab.ui import UNBOUNDED, ReplayPanel, capacity_options, replay_panel
 
 
 def chart_rows(panel: ReplayPanel) -> pl.DataFrame:
-    (rows,) = [d for d in panel.chart.chart.to_dict()["datasets"].values() if "metric" in d[0]]
+    (rows,) = [d for d in panel.chart.chart.to_dict()["datasets"].values() if d and "metric" in d[0]]
     return pl.DataFrame(rows)
 
 
@@ -29,6 +29,37 @@ def test_slider_reruns_replay_and_updates_chart(conversation) -> None:
     assert "0.0445" in panel.summary.value  # traces.md §5.1: LRU 1,000 blocks
 
 
+def test_a_capacity_move_sends_rows_only(conversation) -> None:
+    """Issue 18: the chart's spec does not depend on the controls; a move sends datasets
+    (columns) and the browser updates the drawn view in place."""
+    panel = ReplayPanel(conversation, capacity_blocks=10_000)
+    spec = panel.chart.spec
+    assert panel.chart.embeds == 1 and "datasets" not in spec
+    for value in (1_000, UNBOUNDED, 200_000):
+        revision = panel.chart.revision
+        panel.capacity.value = value
+        assert panel.chart.spec is spec and panel.chart.embeds == 1 and panel.chart.revision == revision + 1
+    # the y axis stays put: the trace's 182,790 distinct blocks, or a larger capacity
+    assert panel.chart.columns("d1") == {"value": [200_000.0]}
+    panel.capacity.value = 1_000
+    assert panel.chart.columns("d1") == {"value": [182_790.0]}
+    timeline = pl.DataFrame(panel.chart.columns("d0"))
+    assert metric_max(timeline, "capacity_blocks") == 1_000
+    assert timeline.group_by("metric").len()["len"].max() <= 640  # one point per pixel of width
+    assert "<b>capacity</b> 1,000 blocks" in panel.summary.value
+
+
+def test_touch_order_moves_the_orphans(conversation) -> None:
+    """Head most recent (vLLM) never orphans a block; tail most recent does, which the
+    summary shows (the hit ratio moves only in the 4th decimal on this trace)."""
+    panel = ReplayPanel(conversation, capacity_blocks=10_000)
+    assert panel.result.summary.mean_orphaned_share == 0.0 and "<b>orphaned</b> 0.000%" in panel.summary.value
+    panel.touch_order.value = "tail_most_recent"
+    assert panel.result.summary.mean_orphaned_share == pytest.approx(9.148e-05, rel=1e-3)
+    assert "<b>orphaned</b> 0.009%" in panel.summary.value
+    assert round(panel.result.summary.block_hit_ratio, 4) == 0.2112
+
+
 def test_unbounded_and_touch_order_and_warmup(synthetic) -> None:
     panel = ReplayPanel(synthetic, capacity_blocks=10_000)
     panel.touch_order.value = "tail_most_recent"
@@ -39,7 +70,7 @@ def test_unbounded_and_touch_order_and_warmup(synthetic) -> None:
     rows = chart_rows(panel)
     assert "capacity_blocks" not in rows["metric"].to_list()
     assert panel.result.summary.block_hit_ratio == pytest.approx(0.8511, abs=5e-5)
-    assert "unbounded" in panel.chart.chart.to_dict()["title"]
+    assert "<b>capacity</b> unbounded" in panel.summary.value
 
 
 def test_capacity_options_reach_the_working_set() -> None:

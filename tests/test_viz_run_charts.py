@@ -57,6 +57,14 @@ def test_occupancy_chart_spec() -> None:
         assert spec["title"] == "t" and len(spec["vconcat"]) == 2
         rows = chart_rows(occupancy_chart(source))
         assert set(rows["metric"]) == {"used_blocks", "capacity_blocks", "hit_ratio_rolling"}
+    spec = occupancy_chart(result, warmup_end_s=1.0, y_max=10).to_dict()
+    assert spec["datasets"]["occupancy_axis_top"] == [{"value": 10.0}]
+    assert spec["datasets"]["occupancy_marks"] == [{"time_s": 1.0, "label": "warm-up ends", "opacity": 1.0}]
+    # the spec is the same whatever the data: only the datasets differ
+    bare = {k: v for k, v in spec.items() if k != "datasets"}
+    assert bare == {k: v for k, v in occupancy_chart(result.timeline.head(2)).to_dict().items() if k != "datasets"}
+    with pytest.raises(ValueError, match="y_max must be a finite number >= 0.0, got -1"):
+        occupancy_chart(result, y_max=-1)
 
 
 def test_the_derived_hit_ratio_is_the_replays_own(conversation) -> None:
@@ -101,7 +109,13 @@ def test_every_tier_gets_its_line_and_its_bar() -> None:
     assert breakdown.rows() == [("GPU", 3.0, 3 / 9), ("CPU", 2.0, 2 / 9), ("computed", 4.0, 4 / 9)]
     assert set(chart_rows(hit_ratio_chart(timeline, window_steps=2))["tier"]) == {"GPU", "CPU", "all tiers"}
     spec = tier_breakdown_chart(timeline, title="t").to_dict()
-    assert spec["title"] == "t" and spec["mark"]["type"] == "bar"
+    assert spec["title"] == "t" and [layer["mark"]["type"] for layer in spec["layer"]] == ["bar", "text", "point"]
+    assert spec["datasets"]["tier_breakdown"] == breakdown.to_dicts()
+    colors = {"GPU": "#0072B2", "CPU": "#E69F00", "computed": "#8C8C8C"}
+    scale = tier_breakdown_chart(timeline, colors=colors).to_dict()["layer"][0]["encoding"]["color"]["scale"]
+    assert scale == {"domain": ["GPU", "CPU", "computed"], "range": ["#0072B2", "#E69F00", "#8C8C8C"]}
+    with pytest.raises(ValueError, match=r"colors lacks \['computed'\]"):
+        tier_breakdown_chart(timeline, colors={"GPU": "red", "CPU": "blue"})
 
 
 def test_many_tiers_stay_under_the_row_limit() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from dataclasses import dataclass
 
 import altair as alt
@@ -23,7 +24,7 @@ import ipywidgets as widgets
 import numpy as np
 import polars as pl
 
-from kvlab.core.validate import check_real
+from kvlab.core.validate import check_int, check_real
 from kvlab.tiers.cost import TierHit, load_or_recompute
 from kvlab.tiers.devices import get_device
 from kvlab.tiers.models import MODELS, get_gpu_flops, get_model
@@ -31,18 +32,28 @@ from kvlab.tiers.replay import replay_tiered
 from kvlab.tiers.result import TieredReplayResult
 from kvlab.tiers.types import WRITE_POLICIES, TierSpec, tier_policies
 from kvlab.traces import Trace
-from kvlab.viz.run_charts import tier_breakdown_chart
+from kvlab.viz import LiveChart, with_datasets
+from kvlab.viz.explorer_charts import explorer_data, explorer_template
+from kvlab.viz.run_charts import COMPUTED
 
 #: The tiers the explorer offers, fastest first: (name, device, link to the GPU, default GiB).
 TIER_DEVICES: tuple[tuple[str, str, str | None, float], ...] = (
-    ("GPU", "h100_hbm", None, 16.0),
-    ("CPU", "host_dram_ddr5_4800_8ch", "pcie_gen5_x16", 64.0),
-    ("NVMe", "nvme_gen5", "pcie_gen5_x16", 512.0),
+    ("GPU", "h100_hbm", None, 32.0),
+    ("CPU", "host_dram_ddr5_4800_8ch", "pcie_gen5_x16", 512.0),
+    ("NVMe", "nvme_gen5", "pcie_gen5_x16", 4096.0),
 )
+#: Tiers active at start. With the default sizes and Llama-3.1-8B on the bundled conversation
+#: trace (512-token blocks) every tier serves a visible share: block hit ratio 0.36 (GPU 12,168,
+#: CPU 42,827, NVMe 48,975 hit blocks) against 0.19 with the first two tiers only.
+DEFAULT_TIERS = 3
+#: Colour of each tier and of the computed blocks in the explorer's charts (Okabe-Ito:
+#: colour-blind safe), the same in the resident-GiB rows and in the breakdown bars.
+TIER_COLORS = {"GPU": "#0072B2", "CPU": "#E69F00", "NVMe": "#009E73", COMPUTED: "#8C8C8C"}
+#: Labels of the write policies on the toggle.
+WRITE_POLICY_LABELS = {"write_through": "write-through", "write_back": "write-back",
+                       "write_through_selective": "write-through selective"}
 #: Policies a tier can run (those that do not read the whole trace), plus no eviction.
 TIER_POLICIES = [*tier_policies(), "none"]
-#: Most points per tier in the occupancy chart.
-CHART_POINTS = 600
 _GIB = 2**30
 
 
@@ -112,36 +123,55 @@ class DesignExplorer:
         model: a :data:`~kvlab.tiers.models.MODELS` name.
         gpu: a :data:`~kvlab.tiers.models.GPU_FLOPS` name (for the recompute estimate).
 
+        num_tiers: tiers active at start (1-3; default :data:`DEFAULT_TIERS`).
+        capacity_gib: each tier's starting size, GiB, one per :data:`TIER_DEVICES` row (default
+            their last column), on the sliders' grid (powers of √2 from 1/16 to 16,384).
         debounce_s: wait this long after the last control change before recomputing
-            (0: recompute at once — what the tests use).
+            (0, the default: recompute at once). Sliders fire once, on release, and a refresh
+            takes tens of ms, so a debounce only adds its wait (0.05 s measured +40 ms
+            median in the browser); a burst (a key held down) is replayed change by change.
 
     Every change runs the numba driver: tens of ms on the bundled traces (a combination of
     tier policies not seen before in the session first compiles, a few seconds;
     ``benchmarks/README.md``). A change snapshots the controls (:meth:`settings`) at once;
     the refresh it schedules replays, summarises and draws that snapshot only, and a
     refresh that finishes after a newer one is dropped. ``result`` and ``shown`` are the
-    displayed result and the settings it was computed from.
+    displayed result and the settings it was computed from; ``last_update_s`` the CPU time
+    of the last refresh (replay, summary, chart rows), seconds.
+
+    The chart is a :class:`kvlab.viz.LiveChart` (``panel.chart.chart`` is the altair chart):
+    its spec depends only on the active tiers (:func:`kvlab.viz.explorer_charts.explorer_template`),
+    so any other move sends new rows only and the browser redraws the existing view. The
+    sliders and policy of the tiers above ``tiers`` are disabled.
 
     Raises:
-        ValueError: not a Trace, an unknown model or GPU, a negative debounce.
+        ValueError: not a Trace, an unknown model or GPU, a negative debounce, a tier count
+            or sizes out of range.
 
     Example:
         >>> from kvlab.traces import load_trace
         >>> panel = DesignExplorer(load_trace("synthetic").head(500), debounce_s=0)
         >>> panel.capacity_gib[0].value = 2.0   # GPU: 2 GiB = 32 blocks of 512 tokens (64 MiB each, Llama-3.1-8B)
         >>> panel.capacity_blocks()
-        [32, 1024]
-        >>> sorted(panel.result.summary.tier_hit_blocks)
-        ['CPU', 'GPU']
+        [32, 8192, 65536]
+        >>> panel.num_tiers.value = 2
+        >>> sorted(panel.result.summary.tier_hit_blocks), panel.capacity_gib[2].disabled
+        (['CPU', 'GPU'], True)
     """
 
     def __init__(self, trace: Trace, *, model: str = "Llama-3.1-8B", gpu: str = "H100-SXM",
-                 debounce_s: float = 0.3) -> None:
+                 num_tiers: int = DEFAULT_TIERS, capacity_gib: tuple[float, ...] | None = None,
+                 debounce_s: float = 0.0) -> None:
         if not isinstance(trace, Trace):
             raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
         get_model(model)
         gpu_flops = get_gpu_flops(gpu)
         debounce_s = check_real("debounce_s", debounce_s, low=0.0)
+        num_tiers = check_int("num_tiers", num_tiers, low=1, high=len(TIER_DEVICES))
+        sizes = [gib for _, _, _, gib in TIER_DEVICES] if capacity_gib is None else list(capacity_gib)
+        if len(sizes) != len(TIER_DEVICES):
+            raise ValueError(f"capacity_gib must give {len(TIER_DEVICES)} sizes (GPU, CPU, NVMe), got {capacity_gib!r}")
+        sizes = [check_real(f"capacity_gib[{i}]", g, low=2.0**-4, high=2.0**14) for i, g in enumerate(sizes)]
         self.trace, self.gpu_flops, self.debounce_s = trace, gpu_flops, debounce_s
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()  # guards the rechunk cache and publishing
@@ -151,26 +181,37 @@ class DesignExplorer:
         self.chunk = widgets.Dropdown(options=[(f"{trace.block_size * k:,} tokens", k) for k in (1, 2, 4, 8)],
                                       value=1, description="chunk")
         self.model = widgets.Dropdown(options=list(MODELS), value=get_model(model).name, description="model")
-        self.num_tiers = widgets.IntSlider(value=2, min=1, max=len(TIER_DEVICES), description="tiers")
-        self.capacity_gib = [widgets.FloatLogSlider(value=gib, base=2, min=-4, max=14, step=0.5, description=name,
-                                                    continuous_update=False, readout_format=".3g")
-                             for name, _, _, gib in TIER_DEVICES]
+        self.num_tiers = widgets.IntSlider(value=num_tiers, min=1, max=len(TIER_DEVICES), description="tiers")
+        self.capacity_gib = [widgets.FloatLogSlider(value=gib, base=2, min=-4, max=14, step=0.5,
+                                                    description=f"{name} (GiB)", continuous_update=False,
+                                                    readout_format=",.4g", style={"description_width": "80px"})
+                             for (name, _, _, _), gib in zip(TIER_DEVICES, sizes)]
         self.policy = [widgets.Dropdown(options=TIER_POLICIES, value="lru", description="policy",
                                         layout={"width": "220px"}) for _ in TIER_DEVICES]
-        self.write_policy = widgets.ToggleButtons(options=list(WRITE_POLICIES), value="write_back",
-                                                  description="writes")
+        self.write_policy = widgets.ToggleButtons(options=[(WRITE_POLICY_LABELS[w], w) for w in WRITE_POLICIES],
+                                                  value="write_back", description="writes",
+                                                  style={"button_width": "auto"})
         self.promote = widgets.Checkbox(value=True, description="promote lower-tier hits")
+        self._enable_rows()
+        self.last_update_s = 0.0
         settings = self.settings()
         result = self.compute(settings)
         self._shown = (settings, result)
         self.summary = widgets.HTML(self.summary_html(settings, result))
-        self.chart = alt.JupyterChart(self.make_chart(result, settings))
+        self.chart = LiveChart()
+        self.chart.show(*self.chart_parts(result, settings))
         rows = [widgets.HBox([c, p]) for c, p in zip(self.capacity_gib, self.policy)]
         self.ui = widgets.VBox([widgets.HBox([self.chunk, self.model, self.num_tiers]), *rows,
                                 widgets.HBox([self.write_policy, self.promote]), self.summary, self.chart])
+        self.num_tiers.observe(self._enable_rows, names="value")
         for control in (self.chunk, self.model, self.num_tiers, self.write_policy, self.promote,
                         *self.capacity_gib, *self.policy):
             control.observe(self._on_change, names="value")
+
+    def _enable_rows(self, _change: dict | None = None) -> None:
+        """Enable the capacity slider and policy of each active tier, disable the others."""
+        for i, (slider, policy) in enumerate(zip(self.capacity_gib, self.policy)):
+            slider.disabled = policy.disabled = i >= self.num_tiers.value
 
     # ------------------------------------------------------------------ model of the controls
 
@@ -247,29 +288,20 @@ class DesignExplorer:
 
     # ------------------------------------------------------------------ display
 
+    def chart_parts(self, result: TieredReplayResult,
+                    settings: ExplorerSettings) -> tuple[alt.VConcatChart, dict[str, pl.DataFrame]]:
+        """The chart of ``result`` computed from ``settings`` as (template, rows by dataset name):
+        :func:`~kvlab.viz.explorer_charts.explorer_template` for the active tiers and
+        :func:`~kvlab.viz.explorer_charts.explorer_data`."""
+        names = tuple(result.tier_names)
+        colors = tuple(TIER_COLORS[n] for n in (*names, COMPUTED))
+        return explorer_template(names, colors), explorer_data(result, list(names), settings.capacity_blocks(),
+                                                               settings.block_bytes)
+
     def make_chart(self, result: TieredReplayResult, settings: ExplorerSettings) -> alt.VConcatChart:
-        """Resident GiB per tier over time (dashed: capacities) above the hit breakdown, for
-        ``result`` computed from ``settings``."""
-        gib = settings.block_bytes / _GIB
-        used = result.timeline.filter(metric="used_blocks")
-        steps = used["step"].unique().sort()
-        if steps.len() > CHART_POINTS:  # evenly spaced steps, the first and the last included
-            steps = steps.gather(np.unique(np.linspace(0, steps.len() - 1, CHART_POINTS).round().astype(np.int64)))
-        timeline = used.filter(pl.col("step").is_in(steps.implode())).with_columns(
-            resident_gib=pl.col("value") * gib)
-        caps = pl.DataFrame({"tier": result.tier_names,
-                             "capacity_gib": [c * gib for c in settings.capacity_blocks()]})
-        color = alt.Color("tier:N", sort=result.tier_names, title="tier")
-        lines = alt.Chart(timeline).mark_line().encode(
-            x=alt.X("time_s:Q", title="time (s)"), y=alt.Y("resident_gib:Q", title="resident KV (GiB)"), color=color,
-            tooltip=["tier:N", "time_s:Q", alt.Tooltip("value:Q", title="blocks"),
-                     alt.Tooltip("resident_gib:Q", format=".2f")])
-        rules = alt.Chart(caps).mark_rule(strokeDash=[5, 3]).encode(y="capacity_gib:Q", color=color)
-        bars = tier_breakdown_chart(result)
-        title = (f"{settings.model}, {settings.block_size:,}-token blocks "
-                 f"({settings.block_bytes / 2**20:,.0f} MiB), {settings.write_policy}")
-        return alt.vconcat(alt.layer(lines, rules).properties(width=560, height=220, title=title),
-                           bars)
+        """Resident GiB per tier over time against its capacity, above the hit breakdown, for
+        ``result`` computed from ``settings`` (a self-contained altair chart)."""
+        return with_datasets(*self.chart_parts(result, settings))
 
     def summary_html(self, settings: ExplorerSettings, result: TieredReplayResult) -> str:
         """The panel's summary line for ``result`` computed from ``settings``: hit ratio,
@@ -279,7 +311,10 @@ class DesignExplorer:
         per_tier = ", ".join(f"{t} {b:,}" for t, b in s.tier_hit_blocks.items())
         moved = ", ".join(f"{link} {b / _GIB:,.1f} GiB" for link, b in _bytes_moved(settings, result).items())
         warning = "".join(f"<b>⚠ {line}.</b><br>" for line in settings.empty_tiers())
-        return (f"{warning}<b>block hit ratio</b> {s.block_hit_ratio:.4f} &nbsp; <b>hits by tier</b> "
+        design = (f"<b>{settings.model}</b>, {settings.block_size:,}-token blocks "
+                  f"({settings.block_bytes / 2**20:,.0f} MiB each), {WRITE_POLICY_LABELS[settings.write_policy]}"
+                  f"{', promoting lower-tier hits' if settings.promote else ''}<br>")
+        return (f"{warning}{design}<b>block hit ratio</b> {s.block_hit_ratio:.4f} &nbsp; <b>hits by tier</b> "
                 f"{per_tier} &nbsp; <b>moved</b> {moved or 'none'} &nbsp; <b>est. TTFT saved</b> "
                 f"{_ttft_saved_s(settings, result, self.gpu_flops):,.1f} s over {s.requests:,} requests")
 
@@ -297,15 +332,17 @@ class DesignExplorer:
     def _refresh(self, settings: ExplorerSettings, number: int) -> None:
         """Compute and draw ``settings`` off the widgets; show them unless refresh ``number``
         is older than the one on display (a slow refresh finishing after a newer one)."""
+        start = time.process_time()
         result = self.compute(settings)
-        summary, chart = self.summary_html(settings, result), self.make_chart(result, settings)
+        summary, (template, frames) = self.summary_html(settings, result), self.chart_parts(result, settings)
         with self._lock:
             if number < self._published:
                 return
             self._published = number
             self._shown = (settings, result)
             self.summary.value = summary
-            self.chart.chart = chart
+            self.chart.show(template, frames)
+            self.last_update_s = time.process_time() - start
 
     def _on_change(self, _change: dict) -> None:
         settings, number = self.settings(), self._next_number()  # the snapshot, on the observer's thread

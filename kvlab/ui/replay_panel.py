@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-import altair as alt
+import time
+
 import ipywidgets as widgets
 
 from kvlab.core import RunResult
 from kvlab.sim import TOUCH_ORDERS, ReplayConfig, replay
 from kvlab.traces import Trace
-from kvlab.viz import occupancy_chart
+from kvlab.viz import LiveChart
+from kvlab.viz.run_charts import occupancy_data, occupancy_template
 
 #: Slider value standing for an unbounded cache (ipywidgets reserves ``None`` for "no selection").
 UNBOUNDED = "unbounded"
+#: The touch orders as the toggle shows them.
+TOUCH_ORDER_LABELS = {"head_most_recent": "head most recent (vLLM)", "tail_most_recent": "tail most recent"}
+#: What the touch-order toggle changes, shown next to it.
+TOUCH_ORDER_HELP = (
+    "Which end of a request's blocks is marked most recently used. <b>head most recent</b> (vLLM frees a "
+    "request's blocks tail first): a prefix is never evicted before its continuation, so no resident block "
+    "is orphaned. <b>tail most recent</b> (an object cache such as libCacheSim): the prefix head goes "
+    "first and leaves <i>orphans</i>, resident blocks whose parent is gone, which a prefix lookup can never "
+    "reach. On chat traces prefixes come back soon, so the hit ratio moves only in the 3rd-4th decimal; "
+    "the orphan share shows what changes.")
 
 
 def capacity_options(distinct_blocks: int, lowest_blocks: int = 100) -> list[tuple[str, int | str]]:
@@ -39,8 +51,13 @@ class ReplayPanel:
 
     The capacity slider's stops are block counts and ``"unbounded"``
     (:data:`UNBOUNDED`). Moving a control re-runs :func:`kvlab.sim.replay` (:meth:`compute`, a pure
-    function of the widget values) and updates the summary text and the occupancy
-    chart (an ``altair.JupyterChart``). Display the panel itself, or ``panel.ui``.
+    function of the widget values; orphans tracked) and updates the summary text and the
+    occupancy chart, a :class:`kvlab.viz.LiveChart` (``panel.chart.chart`` is the altair
+    chart). The chart's spec does not depend on the controls (the capacity, its label and the
+    y-axis top, ``max(capacity, the trace's distinct blocks)``, are data), so a move sends
+    new rows only and the browser redraws the existing view. Display the panel itself, or
+    ``panel.ui``. ``last_update_s`` is the CPU time of the last refresh (replay, summary,
+    chart), seconds.
 
     Args:
         trace: the workload.
@@ -76,23 +93,28 @@ class ReplayPanel:
             options.append(("unbounded", UNBOUNDED))
         self.capacity = widgets.SelectionSlider(options=options, description="capacity", continuous_update=False,
                                                 value=UNBOUNDED if capacity_blocks is None else capacity_blocks)
-        self.touch_order = widgets.ToggleButtons(options=list(TOUCH_ORDERS), description="touch order")
+        self.touch_order = widgets.ToggleButtons(options=[(TOUCH_ORDER_LABELS[o], o) for o in TOUCH_ORDERS],
+                                                 description="touch order", style={"button_width": "auto"})
         self.warmup = widgets.FloatSlider(value=0.0, min=0.0, max=0.9, step=0.05, description="warm-up",
                                           continuous_update=False, readout_format=".2f")
+        self.capacity.style.description_width = self.warmup.style.description_width = "initial"
         self.summary = widgets.HTML()
+        self.last_update_s = 0.0
         self.result: RunResult = self.compute()
-        self.chart = alt.JupyterChart(self._chart(self.result))
+        self.chart = LiveChart()
+        self._draw(self.result)
         self._show_summary(self.result)
-        self.ui = widgets.VBox([widgets.HBox([self.capacity, self.warmup]), self.touch_order, self.summary,
-                                self.chart])
+        help_text = widgets.HTML(f"<div style='max-width: 760px; line-height: 1.35'>{TOUCH_ORDER_HELP}</div>")
+        self.ui = widgets.VBox([widgets.HBox([self.capacity, self.warmup]), self.touch_order, help_text,
+                                self.summary, self.chart])
         for control in (self.capacity, self.touch_order, self.warmup):
             control.observe(self._on_change, names="value")
 
     def config(self) -> ReplayConfig:
         """The replay configuration the controls currently describe."""
         capacity = None if self.capacity.value == UNBOUNDED else self.capacity.value
-        return ReplayConfig(policy=self.policy, capacity_blocks=capacity,
-                            touch_order=self.touch_order.value, warmup_fraction=round(self.warmup.value, 4))
+        return ReplayConfig(policy=self.policy, capacity_blocks=capacity, touch_order=self.touch_order.value,
+                            warmup_fraction=round(self.warmup.value, 4), track_orphans=True)
 
     def compute(self) -> RunResult:
         """Replay the trace with the current control values (no widget is changed)."""
@@ -100,26 +122,36 @@ class ReplayPanel:
 
     def refresh(self) -> None:
         """Recompute and push the result into the summary and the chart."""
+        start = time.process_time()
         self.result = self.compute()
         self._show_summary(self.result)
-        self.chart.chart = self._chart(self.result)
+        self._draw(self.result)
+        self.last_update_s = time.process_time() - start
 
     def _on_change(self, _change: dict) -> None:
         self.refresh()
 
-    def _chart(self, result: RunResult) -> alt.VConcatChart:
+    def _chart_frames(self, result: RunResult) -> dict:
+        """The occupancy chart's rows for ``result`` (:func:`kvlab.viz.run_charts.occupancy_data`)."""
         capacity = result.config.capacity_blocks
-        cap = "unbounded" if capacity is None else f"{capacity:,} blocks"
         measured = result.requests.filter("measured")["arrival_s"]
         warmup_end_s = measured[0] if result.summary.warmup_requests and len(measured) else None
-        return occupancy_chart(result, title=f"{self.policy.upper()} cache, {cap}", warmup_end_s=warmup_end_s)
+        return occupancy_data(result, warmup_end_s=warmup_end_s, y_max=max(capacity or 0, self.trace.distinct_blocks))
+
+    def _draw(self, result: RunResult) -> None:
+        title = f"{self.policy.upper()} cache: blocks in use and hit ratio"
+        self.chart.show(occupancy_template(title), self._chart_frames(result))
 
     def _show_summary(self, result: RunResult) -> None:
         s = result.summary
+        capacity = result.config.capacity_blocks
+        cap = "unbounded" if capacity is None else f"{capacity:,} blocks"
+        orphans = "" if s.mean_orphaned_share is None else (
+            f" &nbsp; <b>orphaned</b> {s.mean_orphaned_share:.3%} of resident blocks (mean)")
         self.summary.value = (
-            f"<b>block hit ratio</b> {s.block_hit_ratio:.4f} &nbsp; <b>token hit ratio</b> "
-            f"{s.token_hit_ratio:.4f} &nbsp; <b>evictions</b> {s.evictions:,} &nbsp; "
-            f"<b>peak used</b> {s.peak_used_blocks:,} blocks &nbsp; ({s.requests:,} measured requests)")
+            f"<b>capacity</b> {cap} &nbsp; <b>block hit ratio</b> {s.block_hit_ratio:.4f} &nbsp; "
+            f"<b>token hit ratio</b> {s.token_hit_ratio:.4f} &nbsp; <b>evictions</b> {s.evictions:,} &nbsp; "
+            f"<b>peak used</b> {s.peak_used_blocks:,} blocks{orphans} &nbsp; ({s.requests:,} measured requests)")
 
     def _repr_mimebundle_(self, **kwargs: object) -> dict:
         return self.ui._repr_mimebundle_(**kwargs)

@@ -13,6 +13,7 @@ function                          chart
 :func:`ttft_vs_rate_chart`        cluster simulation: mean and p99 TTFT vs arrival rate per variant
 :func:`save_chart`                write a chart as PNG, SVG, PDF or standalone HTML (offline)
 :func:`use_offline_rendering`     show charts in Jupyter with no internet access
+:class:`LiveChart`                a chart widget whose data updates redraw in place
 :func:`block_pool_chart`          a vLLM block pool: blocks by state, ref counts, free queue
 :func:`radix_tree_chart`          an SGLang radix tree: nodes, locks, evictable leaves
 :func:`cache_ratio_chart`         FAST'25 Table 2 "cache ratio" vs ours under each definition
@@ -40,6 +41,7 @@ from kvlab.viz import theme  # importing it registers and enables the kvlab alta
 from kvlab.viz.cluster_charts import ttft_cdf, ttft_cdf_chart, ttft_vs_rate_chart, worker_queue_chart
 from kvlab.viz.engine_charts import block_pool_chart, radix_tree_chart, tree_layout
 from kvlab.viz.figures import cache_ratio_chart, figure9_chart, table1_chart
+from kvlab.viz.live import LiveChart, live_renderer, split_spec, with_datasets
 from kvlab.viz.run_charts import (
     downsample_timeline,
     hit_ratio_chart,
@@ -132,16 +134,24 @@ def save_chart(chart: alt.TopLevelMixin, directory: str | Path, name: str,
 
 
 def use_offline_rendering() -> None:
-    """Render charts in Jupyter without internet (workshops on closed networks).
+    """Render charts in Jupyter without internet (workshops on closed networks), in small notebooks.
 
-    Switches altair to its ``jupyter`` renderer with the Vega libraries served from
-    the kernel (vl-convert), for plain charts and for ``JupyterChart`` widgets.
+    Registers and enables the altair renderer ``"kvlab"``: every plain chart shows as a
+    :class:`LiveChart` widget, whose Vega runtime the kernel sends once per page by custom
+    message (so a saved notebook holds each chart's spec and rows, not ~0.9 MB of Vega per
+    chart as altair's offline ``jupyter`` renderer does). Opened later without a kernel, the
+    charts load Vega from esm.sh (needs internet). ``altair.JupyterChart`` widgets are switched
+    to their offline mode too (they inline the Vega bundle into their saved state; the kvlab
+    panels use :class:`LiveChart` instead).
     """
-    alt.renderers.enable("jupyter", offline=True)
+    if "kvlab" not in alt.renderers.names():
+        alt.renderers.register("kvlab", live_renderer)
+    alt.renderers.enable("kvlab")
     alt.JupyterChart.enable_offline()
 
 
-__all__ = ["block_pool_chart", "cache_ratio_chart", "downsample_timeline", "figure9_chart", "hit_ratio_chart",
-           "hit_ratio_curve", "hit_ratio_timeline", "occupancy_chart", "radix_tree_chart", "run_timeline",
-           "save_chart", "table1_chart", "tier_breakdown", "tier_breakdown_chart", "tree_layout",
-           "ttft_cdf", "ttft_cdf_chart", "ttft_vs_rate_chart", "use_offline_rendering", "worker_queue_chart"]
+__all__ = ["LiveChart", "block_pool_chart", "cache_ratio_chart", "downsample_timeline", "figure9_chart",
+           "hit_ratio_chart", "hit_ratio_curve", "hit_ratio_timeline", "occupancy_chart", "radix_tree_chart",
+           "run_timeline", "save_chart", "split_spec", "table1_chart", "tier_breakdown", "tier_breakdown_chart",
+           "tree_layout", "ttft_cdf", "ttft_cdf_chart", "ttft_vs_rate_chart", "use_offline_rendering", "with_datasets",
+           "worker_queue_chart"]

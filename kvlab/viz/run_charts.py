@@ -8,12 +8,15 @@ stay small whatever the trace length.
 
 from __future__ import annotations
 
+import functools
+
 import altair as alt
 import numpy as np
 import polars as pl
 
 from kvlab.core.result import TIMELINE_METRICS, TIMELINE_SCHEMA, RunResult, rolling_hit_ratio
-from kvlab.core.validate import check_positive
+from kvlab.core.validate import check_positive, check_real
+from kvlab.viz.live import with_datasets
 
 #: Tier name of the all-tiers line of :func:`hit_ratio_chart` when a run has several tiers.
 ALL_TIERS = "all tiers"
@@ -117,50 +120,116 @@ def hit_ratio_timeline(source: RunResult | pl.DataFrame, window_steps: int | Non
         "value": rolling_hit_ratio(hits[tier].to_numpy(), refs, window)}, schema=TIMELINE_SCHEMA) for tier in tiers])
 
 
-def occupancy_chart(source: RunResult | pl.DataFrame, *, max_points: int = 1000, title: str | None = None,
-                    warmup_end_s: float | None = None) -> alt.VConcatChart:
-    """Cache occupancy over time, with the rolling hit ratio underneath.
+#: Width of the run charts in pixels: timelines are binned to about one point per pixel.
+CHART_WIDTH = 640
+#: Colour and dash of capacity lines: dark, so a full cache's line stays visible on top of its used line.
+CAPACITY_STYLE = {"color": "#222222", "strokeDash": [8, 4], "strokeWidth": 2.5}
+#: Human names of the timeline metrics the run charts draw.
+METRIC_LABELS = {"used_blocks": "blocks in use", "capacity_blocks": "capacity", "hit_ratio_rolling": "hit ratio"}
 
-    Args:
-        source: a :class:`~kvlab.core.RunResult` or its timeline.
-        max_points: bins per tier and metric after downsampling (fewer when the chart would
-            embed more than :data:`MAX_CHART_ROWS` rows).
-        title: chart title.
-        warmup_end_s: arrival time of the first measured request; drawn as a grey rule
-            in both panels when given.
+
+#: Dataset names of :func:`occupancy_template` (the frames of :func:`occupancy_data`).
+OCCUPANCY_DATASETS = ("occupancy_timeline", "occupancy_axis_top", "occupancy_marks")
+
+
+def occupancy_data(source: RunResult | pl.DataFrame, *, max_points: int = CHART_WIDTH,
+                   warmup_end_s: float | None = None, y_max: float | None = None) -> dict[str, pl.DataFrame]:
+    """The rows :func:`occupancy_template` draws, by dataset name (:data:`OCCUPANCY_DATASETS`).
 
     Returns:
-        Top: ``used_blocks`` (solid) and ``capacity_blocks`` (dashed), colour by tier;
-        bottom: the rolling hit ratio (:func:`hit_ratio_timeline`, when the timeline has
-        the counts for it); x is the time in seconds.
+        ``occupancy_timeline``: the long timeline (``time_s, tier, metric, value``) of
+        ``used_blocks``, ``capacity_blocks`` and ``hit_ratio_rolling``, binned to at most
+        ``max_points`` per tier and metric (:func:`downsample_timeline`, fewer past
+        :data:`MAX_CHART_ROWS` rows); ``occupancy_axis_top``: ``value`` (f64), the y-axis top
+        (0 or 1 row); ``occupancy_marks``: ``time_s`` (f64), ``label`` (str), ``opacity`` (f64),
+        the warm-up end (one row; without a warm-up an invisible one at the first time, so no
+        layer of the chart is ever empty).
 
     Raises:
-        ValueError: not a result or a timeline.
+        ValueError: as :func:`occupancy_chart`.
     """
     timeline = run_timeline(source)
     occupancy = timeline.filter(pl.col("metric").is_in(["used_blocks", "capacity_blocks"]))
     has_hits = timeline.filter(pl.col("metric").is_in(["hit_ratio_rolling", "hit_blocks"])).height > 0
     ratio_rows = hit_ratio_timeline(source) if has_hits else timeline.clear()
-    data = _binned(pl.concat([occupancy, ratio_rows]), max_points)
+    top = [] if y_max is None else [check_real("y_max", y_max, low=0.0)]
+    marks = [] if warmup_end_s is None else [check_real("warmup_end_s", warmup_end_s)]
+    binned = _binned(pl.concat([occupancy, ratio_rows]), max_points).drop("step")
+    start = binned["time_s"].min() if binned.height else 0.0
+    return {"occupancy_timeline": binned,
+            "occupancy_axis_top": pl.DataFrame({"value": top}, schema={"value": pl.Float64}),
+            "occupancy_marks": pl.DataFrame({"time_s": marks or [start], "label": ["warm-up ends"] * len(marks) or [""],
+                                             "opacity": [1.0] * len(marks) or [0.0]},
+                                            schema={"time_s": pl.Float64, "label": pl.String, "opacity": pl.Float64})}
+
+
+@functools.lru_cache(maxsize=16)
+def occupancy_template(title: str | None = None) -> alt.VConcatChart:
+    """The chart of :func:`occupancy_chart` over the named datasets of :func:`occupancy_data`
+    (``alt.NamedData``; no rows): one object per ``title``, so a :class:`kvlab.viz.LiveChart`
+    showing it again sends rows only."""
+    timeline = alt.Chart(alt.NamedData(name=OCCUPANCY_DATASETS[0]))
     x = alt.X("time_s:Q", title="time (s)", scale=alt.Scale(nice=False, zero=False))
+    y = alt.Y("value:Q", title="blocks")
     color = alt.Color("tier:N", title="tier")
-    dash = alt.StrokeDash("metric:N", title="series", scale=alt.Scale(
-        domain=["used_blocks", "capacity_blocks"], range=[[1, 0], [6, 4]]))
-    blocks = alt.Chart(data).transform_filter(
-        alt.FieldOneOfPredicate(field="metric", oneOf=["used_blocks", "capacity_blocks"])
-    ).mark_line().encode(
-        x=x, y=alt.Y("value:Q", title="blocks"), color=color, strokeDash=dash,
-        tooltip=["step:Q", "time_s:Q", "tier:N", "metric:N", alt.Tooltip("value:Q", format=",")])
-    ratio = alt.Chart(data).transform_filter(alt.datum.metric == "hit_ratio_rolling").mark_line().encode(
-        x=x, y=alt.Y("value:Q", title="rolling block hit ratio", scale=alt.Scale(domain=[0, 1])), color=color,
-        tooltip=["step:Q", "time_s:Q", "tier:N", alt.Tooltip("value:Q", title="hit ratio", format=".3f")])
-    top, bottom = blocks, ratio
-    if warmup_end_s is not None:
-        rule = alt.Chart(pl.DataFrame({"time_s": [float(warmup_end_s)], "label": ["warm-up ends"]})).mark_rule(
-            color="grey", strokeDash=[2, 2]).encode(x="time_s:Q", tooltip=["label:N", "time_s:Q"])
-        top, bottom = blocks + rule, ratio + rule
-    chart = alt.vconcat(top.properties(width=640, height=220), bottom.properties(width=640, height=120))
+    used = timeline.transform_filter(alt.datum.metric == "used_blocks").mark_line(strokeWidth=2).encode(
+        x=x, y=y, color=color, tooltip=[alt.Tooltip("time_s:Q", title="time (s)", format=",.1f"), "tier:N",
+                                        alt.Tooltip("value:Q", title="blocks in use", format=",.0f")])
+    capacity = timeline.transform_filter(alt.datum.metric == "capacity_blocks")
+    cap_line = capacity.mark_line(**CAPACITY_STYLE).encode(
+        x=x, y=y, detail="tier:N", tooltip=["tier:N", alt.Tooltip("value:Q", title="capacity (blocks)", format=",.0f")])
+    label = ("'capacity ' + format(datum.value, ',.0f') + ' blocks'"
+             " + (datum.tier == 'cache' ? '' : ' (' + datum.tier + ')')")
+    cap_label = capacity.transform_aggregate(
+        value="max(value)", time_s="min(time_s)", groupby=["tier"]).transform_calculate(label=label).mark_text(
+        align="left", dx=4, dy=-9, color=CAPACITY_STYLE["color"], fontWeight="bold").encode(
+        x="time_s:Q", y="value:Q", text="label:N")
+    axis_top = alt.Chart(alt.NamedData(name=OCCUPANCY_DATASETS[1])).mark_point(opacity=0).encode(y="value:Q")
+    ratio = timeline.transform_filter(alt.datum.metric == "hit_ratio_rolling").mark_line(strokeWidth=2).encode(
+        x=x, y=alt.Y("value:Q", title="hit ratio (rolling)", scale=alt.Scale(domain=[0, 1]),
+                     axis=alt.Axis(format=".0%")),
+        color=color, tooltip=[alt.Tooltip("time_s:Q", title="time (s)", format=",.1f"), "tier:N",
+                              alt.Tooltip("value:Q", title="block hit ratio", format=".3f")])
+    rule = alt.Chart(alt.NamedData(name=OCCUPANCY_DATASETS[2])).mark_rule(
+        color="grey", strokeDash=[2, 2], strokeWidth=1.5).encode(
+        x="time_s:Q", opacity=alt.Opacity("opacity:Q", scale=None, legend=None),
+        tooltip=["label:N", alt.Tooltip("time_s:Q", title="time (s)", format=",.1f")])
+    chart = alt.vconcat(alt.layer(used, cap_line, cap_label, axis_top, rule).properties(width=CHART_WIDTH, height=220),
+                        alt.layer(ratio, rule).properties(width=CHART_WIDTH, height=120))
     return chart.properties(title=title) if title else chart
+
+
+def occupancy_chart(source: RunResult | pl.DataFrame, *, max_points: int = CHART_WIDTH, title: str | None = None,
+                    warmup_end_s: float | None = None, y_max: float | None = None) -> alt.VConcatChart:
+    """Cache occupancy over time, with the rolling hit ratio underneath.
+
+    :func:`occupancy_template` with the rows of :func:`occupancy_data`: the spec depends only
+    on ``title``; everything that varies with the run (capacity and its label, the axis top,
+    the warm-up mark) is data, so a panel redrawing another run updates its view in place
+    (:meth:`kvlab.viz.LiveChart.show`).
+
+    Args:
+        source: a :class:`~kvlab.core.RunResult` or its timeline.
+        max_points: bins per tier and metric after downsampling (fewer when the chart would
+            embed more than :data:`MAX_CHART_ROWS` rows); default one per pixel of width.
+        title: chart title.
+        warmup_end_s: arrival time of the first measured request, seconds; drawn as a grey
+            rule in both panels when given.
+        y_max: top of the blocks axis (at least the data's maximum), blocks — e.g. the largest
+            capacity a panel offers, so the axis stays put as the capacity changes.
+
+    Returns:
+        Top: blocks in use (solid, colour by tier) and each tier's capacity (dark dashed line
+        drawn over it, labelled with its size), y in blocks; bottom: the rolling hit ratio
+        (:func:`hit_ratio_timeline`, when the timeline has the counts for it); x is the time
+        in seconds.
+
+    Raises:
+        ValueError: not a result or a timeline; ``y_max`` not a number ≥ 0 or
+            ``warmup_end_s`` not a finite number.
+    """
+    frames = occupancy_data(source, max_points=max_points, warmup_end_s=warmup_end_s, y_max=y_max)
+    return with_datasets(occupancy_template(title), frames)
 
 
 def hit_ratio_chart(source: RunResult | pl.DataFrame, *, window_steps: int | None = None, max_points: int = 1000,
@@ -213,16 +282,57 @@ def tier_breakdown(source: RunResult | pl.DataFrame) -> pl.DataFrame:
     return rows.with_columns(share=pl.col("blocks") / total if total else pl.lit(0.0))
 
 
-def tier_breakdown_chart(source: RunResult | pl.DataFrame, *, title: str | None = None) -> alt.Chart:
-    """Bars of :func:`tier_breakdown`: block references served by each tier, and computed.
+#: Dataset name of :func:`tier_breakdown_template`.
+BREAKDOWN_DATASET = "tier_breakdown"
+
+
+@functools.lru_cache(maxsize=32)
+def tier_breakdown_template(names: tuple[str, ...], colors: tuple[str, ...] | None = None,
+                            width: int = 560) -> alt.LayerChart:
+    """The bars of :func:`tier_breakdown_chart` over the named dataset :data:`BREAKDOWN_DATASET`
+    (the rows of :func:`tier_breakdown`; no rows in the spec): bars in the order of ``names``
+    (its ``served_by`` values), coloured by ``colors`` (CSS colours, one per name; default
+    the theme's palette), each labelled with its count and share. One object per argument
+    tuple (a :class:`kvlab.viz.LiveChart` showing it again sends rows only).
 
     Raises:
-        ValueError: as :func:`tier_breakdown`.
+        ValueError: ``colors`` not one per name.
+    """
+    if colors is not None and len(colors) != len(names):
+        raise ValueError(f"colors must give one colour per name ({len(names)}), got {len(colors)}")
+    scale = alt.Scale() if colors is None else alt.Scale(domain=list(names), range=list(colors))
+    base = alt.Chart(alt.NamedData(name=BREAKDOWN_DATASET)).encode(
+        x=alt.X("blocks:Q", title="block references"), y=alt.Y("served_by:N", sort=list(names), title=None))
+    bars = base.mark_bar().encode(
+        color=alt.Color("served_by:N", legend=None, scale=scale),
+        tooltip=[alt.Tooltip("served_by:N", title="served by"), alt.Tooltip("blocks:Q", format=",.0f"),
+                 alt.Tooltip("share:Q", format=".1%")])
+    labels = base.transform_calculate(label="format(datum.blocks, ',.0f') + ' (' + format(datum.share, '.1%') + ')'"
+                                      ).mark_text(align="left", dx=4).encode(text="label:N")
+    room = base.transform_joinaggregate(most="max(blocks)").transform_calculate(
+        room="datum.most * 1.25").mark_point(opacity=0).encode(x="room:Q")  # the labels fit right of the bars
+    return alt.layer(bars, labels, room).properties(width=width, height=30 * len(names))
+
+
+def tier_breakdown_chart(source: RunResult | pl.DataFrame, *, title: str | None = None,
+                         colors: dict[str, str] | None = None, width: int = 560) -> alt.LayerChart:
+    """Bars of :func:`tier_breakdown`: block references served by each tier, and computed,
+    each labelled with its count and share (:func:`tier_breakdown_template` with its rows).
+
+    Args:
+        source: a :class:`~kvlab.core.RunResult` or its timeline.
+        title: chart title.
+        colors: CSS colour per ``served_by`` name (every tier and ``"computed"``), e.g. to
+            match another chart's tier colours; default: the theme's palette.
+        width: bar area width in pixels.
+
+    Raises:
+        ValueError: as :func:`tier_breakdown`, or ``colors`` missing a name.
     """
     data = tier_breakdown(source)
-    chart = alt.Chart(data).mark_bar().encode(
-        x=alt.X("blocks:Q", title="block references"), y=alt.Y("served_by:N", sort=None, title=None),
-        color=alt.Color("served_by:N", legend=None, sort=None),
-        tooltip=["served_by:N", alt.Tooltip("blocks:Q", format=",.0f"), alt.Tooltip("share:Q", format=".1%")],
-    ).properties(width=560, height=30 * data.height)
+    names = tuple(data["served_by"].to_list())
+    if colors is not None and (missing := [n for n in names if n not in colors]):
+        raise ValueError(f"colors lacks {missing}; has {sorted(colors)}")
+    template = tier_breakdown_template(names, None if colors is None else tuple(colors[n] for n in names), width)
+    chart = with_datasets(template, {BREAKDOWN_DATASET: data})
     return chart.properties(title=title) if title else chart
