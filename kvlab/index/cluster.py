@@ -51,15 +51,16 @@ _MIX = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
 
 
-def _block_tokens(key: int, block_size: int) -> np.ndarray:
-    """``block_size`` token ids (< 2**31) derived from a block key by splitmix64."""
-    out = np.empty(block_size, dtype=np.uint32)
-    for j in range(block_size):
-        z = (key + (j + 1) * _MIX) & _MASK
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-        out[j] = (z ^ (z >> 31)) & 0x7FFFFFFF
-    return out
+def _block_tokens(keys: np.ndarray, block_size: int) -> np.ndarray:
+    """``uint32[len(keys), block_size]``: each block key's ``block_size`` token ids (< 2**31),
+    derived by splitmix64 from ``key + (j + 1) * 0x9E3779B97F4A7C15`` (mod 2**64) for token ``j``.
+    ``keys``: ``uint64[n]``."""
+    with np.errstate(over="ignore"):
+        steps = np.arange(1, block_size + 1, dtype=np.uint64) * np.uint64(_MIX)
+        z = keys.astype(np.uint64)[:, None] + steps[None, :]
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return ((z ^ (z >> np.uint64(31))) & np.uint64(0x7FFFFFFF)).astype(np.uint32)
 
 
 def trace_token_ids(trace: Trace, block_size: int = 16) -> list[np.ndarray]:
@@ -81,13 +82,12 @@ def trace_token_ids(trace: Trace, block_size: int = 16) -> list[np.ndarray]:
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
     block_size = check_positive("block_size", block_size)
-    cache: dict[int, np.ndarray] = {}
-    out = []
-    size = trace.block_size
-    for keys, n in zip(trace.frame["block_keys"].to_list(), trace.frame["input_tokens"].to_list()):
-        blocks = [cache.setdefault(k, _block_tokens(k, block_size)) for k in keys[: n // size]]
-        out.append(np.concatenate(blocks) if blocks else np.empty(0, dtype=np.uint32))
-    return out
+    full = trace.frame.select(pl.col("block_keys").list.head(pl.col("input_tokens") // trace.block_size))["block_keys"]
+    keys = full.explode().drop_nulls().to_numpy().astype(np.uint64)
+    distinct, which = np.unique(keys, return_inverse=True)
+    tokens = _block_tokens(distinct, block_size)[which].reshape(-1)  # the same tokens for the same key
+    ends = np.cumsum(full.list.len().to_numpy().astype(np.int64)) * block_size
+    return [tokens[start:end].copy() for start, end in zip(np.concatenate(([0], ends[:-1])), ends, strict=True)]
 
 
 def _index_prefix_blocks(keys: list[int], index: InMemoryIndex, pod: str) -> int:
