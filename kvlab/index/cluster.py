@@ -208,7 +208,8 @@ class RouteSummary(RunSummary):
 
 def route_requests(trace: Trace, *, num_pods: int = 2, capacity_blocks: int = 1_000, block_size: int = 16,
                    scorer: Scorer | None = None, faults: FaultInjector | None = None, seed: int = 0,
-                   removed_events: str = "every_copy", unknown_parent: str = "drop") -> RunResult:
+                   removed_events: str = "every_copy", unknown_parent: str = "drop",
+                   progress: bool = False) -> RunResult:
     """Route ``trace``'s requests over ``num_pods`` pods by a global index fed through ``faults``.
 
     Per request, in arrival order: deliver the events due by its arrival to the index;
@@ -224,6 +225,7 @@ def route_requests(trace: Trace, *, num_pods: int = 2, capacity_blocks: int = 1_
         num_pods, capacity_blocks, block_size, scorer, faults, seed, removed_events, unknown_parent:
             as :class:`RouteConfig`. ``faults`` is called once per message, so its ``swap_p``
             (pairs of deliveries) has no effect here.
+        progress: a tqdm bar (``tqdm.auto``: a widget in a notebook) over the requests routed.
 
     Returns:
         A :class:`~kvlab.core.RunResult`:
@@ -270,7 +272,12 @@ def route_requests(trace: Trace, *, num_pods: int = 2, capacity_blocks: int = 1_
     rng = np.random.default_rng(config.seed)
     rows = []
     used = {pod: [] for pod in pods}
-    for r, (t, tokens) in enumerate(zip(trace.frame["arrival_s"].to_list(), token_ids)):
+    arrivals = zip(trace.frame["arrival_s"].to_list(), token_ids)
+    if progress:
+        from tqdm.auto import tqdm
+
+        arrivals = tqdm(arrivals, total=len(token_ids), unit="req", desc="route", leave=False)
+    for r, (t, tokens) in enumerate(arrivals):
         while pending and pending[0][0] <= t:
             d = heapq.heappop(pending)[2]
             ingestor.ingest_batch(d.pod, d.seq, d.batch)
