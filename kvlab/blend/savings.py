@@ -41,6 +41,9 @@ def _check_matches(matches: object) -> list[BlendMatch]:
         raise ValueError(f"matches must be a sequence of BlendMatch (or 5-tuples), got {matches!r}")
     checked = []
     for i, m in enumerate(matches):
+        if type(m) is BlendMatch and all(type(v) is int and v >= 0 for v in m):  # the matcher's own: as is
+            checked.append(m)
+            continue
         if not isinstance(m, tuple) or len(m) != len(BlendMatch._fields):
             raise ValueError(f"matches[{i}] must be a BlendMatch or a 5-tuple (old_st, old_ed, cur_st, cur_ed, "
                              f"storage_key), got {m!r}")

@@ -75,7 +75,11 @@ def _check_hashes(name: str, value: object) -> tuple[ExternalBlockHash, ...]:
 def _check_tokens(name: str, value: object) -> tuple[int, ...]:
     if isinstance(value, np.ndarray) and value.ndim == 1 and np.issubdtype(value.dtype, np.unsignedinteger):
         return tuple(value.tolist())  # an unsigned array's values are u64 already
-    return tuple(check_u64(f"{name}[{i}]", token) for i, token in enumerate(_as_tuple(name, value)))
+    tokens = _as_tuple(name, value)
+    # fast path (one event carries a block's worth of tokens per stored block): plain ints in range
+    if all(type(token) is int for token in tokens) and (not tokens or (min(tokens) >= 0 and max(tokens) <= U64_MAX)):
+        return tokens
+    return tuple(check_u64(f"{name}[{i}]", token) for i, token in enumerate(tokens))
 
 
 def _check_opt_int(name: str, value: object, low: int) -> int | None:

@@ -51,15 +51,16 @@ _MIX = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
 
 
-def _block_tokens(key: int, block_size: int) -> np.ndarray:
-    """``block_size`` token ids (< 2**31) derived from a block key by splitmix64."""
-    out = np.empty(block_size, dtype=np.uint32)
-    for j in range(block_size):
-        z = (key + (j + 1) * _MIX) & _MASK
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
-        out[j] = (z ^ (z >> 31)) & 0x7FFFFFFF
-    return out
+def _block_tokens(keys: np.ndarray, block_size: int) -> np.ndarray:
+    """``uint32[len(keys), block_size]``: each block key's ``block_size`` token ids (< 2**31),
+    derived by splitmix64 from ``key + (j + 1) * 0x9E3779B97F4A7C15`` (mod 2**64) for token ``j``.
+    ``keys``: ``uint64[n]``."""
+    with np.errstate(over="ignore"):
+        steps = np.arange(1, block_size + 1, dtype=np.uint64) * np.uint64(_MIX)
+        z = keys.astype(np.uint64)[:, None] + steps[None, :]
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return ((z ^ (z >> np.uint64(31))) & np.uint64(0x7FFFFFFF)).astype(np.uint32)
 
 
 def trace_token_ids(trace: Trace, block_size: int = 16) -> list[np.ndarray]:
@@ -81,13 +82,12 @@ def trace_token_ids(trace: Trace, block_size: int = 16) -> list[np.ndarray]:
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
     block_size = check_positive("block_size", block_size)
-    cache: dict[int, np.ndarray] = {}
-    out = []
-    size = trace.block_size
-    for keys, n in zip(trace.frame["block_keys"].to_list(), trace.frame["input_tokens"].to_list()):
-        blocks = [cache.setdefault(k, _block_tokens(k, block_size)) for k in keys[: n // size]]
-        out.append(np.concatenate(blocks) if blocks else np.empty(0, dtype=np.uint32))
-    return out
+    full = trace.frame.select(pl.col("block_keys").list.head(pl.col("input_tokens") // trace.block_size))["block_keys"]
+    keys = full.explode().drop_nulls().to_numpy().astype(np.uint64)
+    distinct, which = np.unique(keys, return_inverse=True)
+    tokens = _block_tokens(distinct, block_size)[which].reshape(-1)  # the same tokens for the same key
+    ends = np.cumsum(full.list.len().to_numpy().astype(np.int64)) * block_size
+    return [tokens[start:end].copy() for start, end in zip(np.concatenate(([0], ends[:-1])), ends, strict=True)]
 
 
 def _index_prefix_blocks(keys: list[int], index: InMemoryIndex, pod: str) -> int:
@@ -208,7 +208,8 @@ class RouteSummary(RunSummary):
 
 def route_requests(trace: Trace, *, num_pods: int = 2, capacity_blocks: int = 1_000, block_size: int = 16,
                    scorer: Scorer | None = None, faults: FaultInjector | None = None, seed: int = 0,
-                   removed_events: str = "every_copy", unknown_parent: str = "drop") -> RunResult:
+                   removed_events: str = "every_copy", unknown_parent: str = "drop",
+                   progress: bool = False) -> RunResult:
     """Route ``trace``'s requests over ``num_pods`` pods by a global index fed through ``faults``.
 
     Per request, in arrival order: deliver the events due by its arrival to the index;
@@ -224,6 +225,7 @@ def route_requests(trace: Trace, *, num_pods: int = 2, capacity_blocks: int = 1_
         num_pods, capacity_blocks, block_size, scorer, faults, seed, removed_events, unknown_parent:
             as :class:`RouteConfig`. ``faults`` is called once per message, so its ``swap_p``
             (pairs of deliveries) has no effect here.
+        progress: a tqdm bar (``tqdm.auto``: a widget in a notebook) over the requests routed.
 
     Returns:
         A :class:`~kvlab.core.RunResult`:
@@ -270,7 +272,12 @@ def route_requests(trace: Trace, *, num_pods: int = 2, capacity_blocks: int = 1_
     rng = np.random.default_rng(config.seed)
     rows = []
     used = {pod: [] for pod in pods}
-    for r, (t, tokens) in enumerate(zip(trace.frame["arrival_s"].to_list(), token_ids)):
+    arrivals = zip(trace.frame["arrival_s"].to_list(), token_ids)
+    if progress:
+        from tqdm.auto import tqdm
+
+        arrivals = tqdm(arrivals, total=len(token_ids), unit="req", desc="route", leave=False)
+    for r, (t, tokens) in enumerate(arrivals):
         while pending and pending[0][0] <= t:
             d = heapq.heappop(pending)[2]
             ingestor.ingest_batch(d.pod, d.seq, d.batch)
