@@ -159,9 +159,10 @@ def test_hit_ratio_curve_draws_unbounded_as_rule() -> None:
     trace = make_trace([[1, 2, 3], [1, 2, 4], [1, 2, 3]], block_size=1)
     frame = sweep(trace, [1, 2, 3, None])
     spec = hit_ratio_curve(frame, metric="block_hit_ratio").to_dict()
-    marks = [layer["mark"]["type"] for layer in spec["layer"]]
-    assert marks == ["line", "rule"]
-    assert spec["layer"][0]["encoding"]["x"]["scale"]["type"] == "log"
+    lines, rules = spec["layer"]  # lines under hollow markers (kvlab.viz.theme.lines_with_markers), then rules
+    assert [layer["mark"]["type"] for layer in lines["layer"]] == ["line", "point"]
+    assert rules["mark"]["type"] == "rule"
+    assert lines["layer"][0]["encoding"]["x"]["scale"]["type"] == "log"
     with pytest.raises(ValueError, match="frame lacks column"):
         hit_ratio_curve(frame, color="trace")
     with pytest.raises(ValueError, match="frame must be a polars DataFrame .*got list"):

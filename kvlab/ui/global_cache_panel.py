@@ -24,6 +24,7 @@ from kvlab.sim.cluster.sweep import summary_row
 from kvlab.traces import Trace
 from kvlab.ui.replay_panel import capacity_options
 from kvlab.viz.global_cache_charts import scope_comparison_chart
+from kvlab.viz.live import LiveChart
 from kvlab.viz.theme import human
 
 #: The §5.3 schedulers (kvlab router names) with the paper's names (:func:`kvlab.viz.theme.human`).
@@ -152,7 +153,7 @@ class GlobalCachePanel:
         self.table = widgets.HTML()
         self.shown = self.settings()
         self.frame, self.results = self._simulate(self.shown)
-        self.chart = alt.JupyterChart(self._chart(self.frame, self.shown))
+        self.chart = LiveChart(self._chart(self.frame, self.shown))
         self._show()
         self.ui = widgets.VBox([widgets.HBox([self.workers, self.cache_tokens]),
                                 widgets.HBox([self.router, self.threshold]),

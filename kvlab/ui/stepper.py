@@ -8,6 +8,7 @@ import altair as alt
 import ipywidgets as widgets
 
 from kvlab.engines.scenarios import Scenario
+from kvlab.viz.live import LiveChart
 
 
 class StepperPanel:
@@ -21,7 +22,7 @@ class StepperPanel:
     Attributes:
         step_button, reset_button: the controls; ``step_button.click()`` works headless.
         log: an HTML list of the steps run so far.
-        chart: an ``altair.JupyterChart`` of the current state.
+        chart: a :class:`~kvlab.viz.live.LiveChart` of the current state (``chart.chart`` is the altair chart).
 
     Example:
         >>> from kvlab.engines.scenarios import design_doc_example
@@ -38,7 +39,7 @@ class StepperPanel:
         self.step_button = widgets.Button(description="Step", icon="step-forward")
         self.reset_button = widgets.Button(description="Reset", icon="undo")
         self.log = widgets.HTML()
-        self.chart = alt.JupyterChart(render(self.scenario.model))
+        self.chart = LiveChart(render(self.scenario.model))
         self.step_button.on_click(lambda _: self.step())
         self.reset_button.on_click(lambda _: self.reset())
         self.ui = widgets.VBox([widgets.HTML(f"<b>{self.scenario.title}</b>"),
