@@ -38,6 +38,8 @@ from browser_harness import (
     run_notebook,
 )
 
+from kvlab.ui.replay_panel import TOUCH_ORDER_LABELS
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -75,7 +77,8 @@ def panel_output(page: Any, *, has: str) -> Any:
 def changed_after(page: Any, output: Any, move: Any, *, timeout_s: float = 60.0) -> tuple[str, str]:
     """Run ``move`` and wait until both the chart's drawing and the panel's summary line changed
     (the kernel saw the new value and pushed a new chart); returns the summary before and after."""
-    chart, summary = chart_locator(output), output.locator(".widget-html-content").first
+    chart = chart_locator(output)
+    summary = output.locator(".widget-html-content").filter(has_text="block hit ratio").first  # the summary, not the help
     before_chart, before_summary = chart_snapshot(chart), summary.inner_text()
     move()
     for _ in range(int(timeout_s * 4)):
@@ -94,8 +97,9 @@ def test_quickstart_replay_panel(lab: Any, page: Any) -> None:
     assert run_notebook(page, lab, "01_quickstart.ipynb", timeout_s=240) == []
     output = panel_output(page, has=".widget-toggle-buttons")
     # the toggle first: at the default 10,000 blocks the two touch orders differ (at 500 they do not)
-    changed_after(page, output, lambda: output.get_by_role("button", name="tail_most_recent").click())
-    assert "mod-active" in (output.get_by_role("button", name="tail_most_recent").get_attribute("class") or "")
+    tail = output.get_by_role("button", name=TOUCH_ORDER_LABELS["tail_most_recent"], exact=True)
+    changed_after(page, output, lambda: tail.click())
+    assert "mod-active" in (tail.get_attribute("class") or "")
     readout = output.locator(".widget-readout").first
     start = readout.inner_text()
     changed_after(page, output, lambda: drag_slider(page, output.locator(".widget-slider").first, 0.15))
