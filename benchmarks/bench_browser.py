@@ -9,7 +9,7 @@ GiB) back and forth between two stops, ``MOVES`` times after one warm-up move ea
 and the page measures each move: from the mouse release to the chart's last repaint
 (``browser_harness.time_repaint``: a ``requestAnimationFrame`` loop compares the chart's drawing
 every frame; the last change before 0.5 s without one). That is wall time seen by the user: the
-kernel's replay, the chart build and push, the debounce (explorer: 0.3 s) and the browser's embed.
+kernel's replay, the chart build and push, the debounce (explorer: 0) and the browser's embed.
 Target (issue 18): median ≤ 200 ms per panel on an idle machine (a ``busy`` run does not judge it).
 
 Usage: ``python benchmarks/bench_browser.py --out out/bench/bench_browser.json``
