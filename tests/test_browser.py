@@ -78,7 +78,8 @@ def changed_after(page: Any, output: Any, move: Any, *, timeout_s: float = 60.0)
     """Run ``move`` and wait until both the chart's drawing and the panel's summary line changed
     (the kernel saw the new value and pushed a new chart); returns the summary before and after."""
     chart = chart_locator(output)
-    summary = output.locator(".widget-html-content").filter(has_text="block hit ratio").first  # the summary, not the help
+    # the summary line, not the touch-order help next to it
+    summary = output.locator(".widget-html-content").filter(has_text="block hit ratio").first
     before_chart, before_summary = chart_snapshot(chart), summary.inner_text()
     move()
     for _ in range(int(timeout_s * 4)):

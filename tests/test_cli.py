@@ -342,3 +342,17 @@ def test_a_closed_stdout_ends_quietly(argv: list[str]) -> None:
         os.close(write)
     # as SIGPIPE would end it (argparse's --help ignores a failed write itself: 0)
     assert (done.returncode, done.stderr) == (0 if argv == ["--help"] else 141, b"")
+
+
+def test_warmup_compiles_what_the_notebooks_use(capsys) -> None:
+    """`kvlab warmup` (issue 18: a class starts warm): one replay per policy asked, the tiered
+    driver for one to three LRU tiers, the miss-ratio curve; an unknown policy is refused."""
+    from kvlab.cli.warmup import warmup_steps
+
+    labels = [label for label, _ in warmup_steps(["lru", "arc"])]
+    assert labels == ["replay, lru", "replay, arc", "tiers, lru", "tiers, lru+lru", "tiers, lru+lru+lru",
+                      "miss-ratio curve"]
+    with pytest.raises(ValueError, match="policy"):
+        warmup_steps(["nope"])
+    assert main(["warmup", "--policy", "lru"]) == 0
+    assert "replay, lru: " in capsys.readouterr().out

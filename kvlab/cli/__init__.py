@@ -1,5 +1,5 @@
 """The ``kvlab`` command: ``kvlab info``, ``replay``, ``sweep``, ``simulate``, ``figures``, ``demo``, ``events``,
-``dashboard``.
+``dashboard``, ``warmup``.
 
 TRACE arguments are a file path, the name of a bundled trace (``conversation``,
 ``synthetic``) when no such file exists (see :func:`kvlab.traces.load_trace`), or ``-`` for
@@ -213,10 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
     from kvlab.cli.dashboard import add_dashboard_parser
     from kvlab.cli.events import add_events_parser
     from kvlab.cli.simulate import add_simulate_parser
+    from kvlab.cli.warmup import add_warmup_parser
 
     add_simulate_parser(sub)
     add_events_parser(sub)
     add_dashboard_parser(sub)
+    add_warmup_parser(sub)
     return parser
 
 
@@ -400,6 +402,10 @@ def run_command(argv: list[str] | None = None) -> int:
             from kvlab.cli.dashboard import run_dashboard
 
             status = run_dashboard(args)
+        elif args.command == "warmup":
+            from kvlab.cli.warmup import run_warmup
+
+            status = run_warmup(args)
         else:
             from kvlab.cli.demo import run_demo
 
