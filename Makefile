@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench lab dashboard clean redis-server chromium
+.PHONY: demo test lint bench warmup lab dashboard clean redis-server chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,12 +43,16 @@ test: lint $(STAMP) redis-server chromium
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run_all.py --out-dir out/bench $(foreach name,$(ONLY),--only $(name))
 
-## make lab — JupyterLab on the notebooks (as root, how containers and workshop VMs run, with --allow-root)
-lab: $(STAMP)
+## make warmup — compile the kernels the notebooks and the dashboard use (once per install: minutes the first time, seconds after)
+warmup: $(STAMP)
+	$(BIN)/kvlab warmup
+
+## make lab — JupyterLab on the notebooks, warmed up first (as root, how containers and workshop VMs run, with --allow-root)
+lab: $(STAMP) warmup
 	$(BIN)/jupyter lab notebooks $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
-## make dashboard — the workshop dashboard on Voilà (replay panel, tiers, cluster; pick or upload a trace, no code cells): open the URL it prints, Ctrl-C stops it
-dashboard: $(STAMP)
+## make dashboard — the workshop dashboard on Voilà, warmed up first (replay panel, tiers, cluster; pick or upload a trace, no code cells): open the URL it prints, Ctrl-C stops it
+dashboard: $(STAMP) warmup
 	$(BIN)/kvlab dashboard conversation
 
 clean:

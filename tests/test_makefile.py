@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_make_lab_allows_root_only_as_root(tmp_path: Path) -> None:
     """Issue 14 item 20: `make lab` failed as root ("Running as root is not recommended. Use
     --allow-root"), how containers and workshop VMs run; --allow-root is added only then."""
-    jupyter = tmp_path / "jupyter"
-    jupyter.write_text('#!/bin/sh\necho "$@"\n')
-    jupyter.chmod(0o755)
+    for name in ("jupyter", "kvlab"):
+        (tmp_path / name).write_text(f'#!/bin/sh\necho "{name} $@"\n')
+        (tmp_path / name).chmod(0o755)
     # BIN: the stand-in jupyter; STAMP: a file newer than pyproject.toml, so the venv is not set up
     # (not the Makefile itself: in a fresh clone it may be older, and make would try to remake it)
     stamp = tmp_path / "installed"
@@ -26,8 +26,8 @@ def test_make_lab_allows_root_only_as_root(tmp_path: Path) -> None:
     done = subprocess.run(["make", "-s", "lab", f"BIN={tmp_path}", f"STAMP={stamp}"], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    expected = "lab notebooks --allow-root" if os.geteuid() == 0 else "lab notebooks"
-    assert done.stdout.splitlines() == [expected]
+    expected = "jupyter lab notebooks --allow-root" if os.geteuid() == 0 else "jupyter lab notebooks"
+    assert done.stdout.splitlines() == ["kvlab warmup", expected]  # compiled before the class starts
 
 
 def _tool_dir(tmp_path: Path, *, with_chromium: bool) -> tuple[Path, Path]:
@@ -91,5 +91,5 @@ def test_make_dashboard_serves_the_conversation_trace(tmp_path: Path) -> None:
     done = subprocess.run(["make", "-s", "dashboard", f"BIN={tmp_path}", f"STAMP={stamp}"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["dashboard conversation"]
+    assert done.stdout.splitlines() == ["warmup", "dashboard conversation"]
     assert "## make dashboard — " in (ROOT / "Makefile").read_text()
