@@ -276,13 +276,16 @@ def drag_slider(page: Any, slider_locator: Any, fraction: float) -> str | None:
 def choose_dropdown(page: Any, select_locator: Any, label: str) -> None:
     """Choose the option ``label`` of an ipywidgets Dropdown with the keyboard: click its
     ``<select>`` (the option list opens), press ArrowDown / ArrowUp to ``label``, then Enter.
+    Labels compare with no-break spaces as plain spaces (ipywidgets renders spaces as U+00A0).
 
     Raises:
         ValueError: ``label`` is not one of the options (the message lists them).
     """
     select = select_locator if select_locator.evaluate("e => e.tagName") == "SELECT" else \
         select_locator.locator("select").first
-    options, current = select.evaluate("s => [[...s.options].map(o => o.text), s.selectedIndex]")
+    options, current = select.evaluate("s => [[...s.options].map(o => o.text.replaceAll('\\u00a0', ' ')), "
+                                       "s.selectedIndex]")
+    label = label.replace("\xa0", " ")
     if label not in options:
         raise ValueError(f"label {label!r} is not an option of the dropdown (options: {options})")
     select.click()  # opens the option list; focusing alone is not enough: in a notebook in command mode
@@ -290,7 +293,7 @@ def choose_dropdown(page: Any, select_locator: Any, label: str) -> None:
     for _ in range(abs(steps)):
         page.keyboard.press("ArrowDown" if steps > 0 else "ArrowUp")
     page.keyboard.press("Enter")
-    chosen = select.evaluate("s => s.options[s.selectedIndex].text")
+    chosen = select.evaluate("s => s.options[s.selectedIndex].text.replaceAll('\\u00a0', ' ')")
     if chosen != label:
         raise RuntimeError(f"the keyboard selected {chosen!r}, not {label!r}")
 

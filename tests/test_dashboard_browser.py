@@ -68,8 +68,7 @@ def test_dashboard_slider_picker_and_bad_upload(tmp_path: Path) -> None:
                  "the chart and the summary changed after the slider moved")
 
         # a bundled trace in the picker, with the keyboard: the panels follow
-        # (ipywidgets renders the options' spaces as no-break spaces)
-        choose_dropdown(page, page.locator(".widget-dropdown select").first, "synthetic\xa0(bundled)")
+        choose_dropdown(page, page.locator(".widget-dropdown select").first, "synthetic (bundled)")
         wait_for(page, lambda: "3,993" in info.inner_text(), "the synthetic trace shown")
         wait_for(page, lambda: chart.count() and chart_snapshot(chart), "the replay chart redrawn")
 
