@@ -36,6 +36,16 @@ def scramble(key: int) -> int:
     return (key * _GOLDEN + 12345) % 2**64
 
 
+def font_sizes(spec: object) -> list[float]:
+    """Every ``*FontSize`` / ``fontSize`` value anywhere in a Vega-Lite spec dict (the charts'
+    readability tests: issue 18 asks for fonts of at least 13 px)."""
+    if isinstance(spec, dict):
+        return [v for k, v in spec.items() if k.endswith("ontSize")] + [x for v in spec.values() for x in font_sizes(v)]
+    if isinstance(spec, list):
+        return [x for v in spec for x in font_sizes(v)]
+    return []
+
+
 def make_trace(block_keys: list[list[int]], *, block_size: int = 4, input_tokens: list[int] | None = None,
                arrival_s: list[float] | None = None, source: str = "test") -> Trace:
     """A trace from key lists; full blocks unless ``input_tokens`` says otherwise."""

@@ -6,6 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from conftest import font_sizes
 from kvlab.core import RunResult, RunSummary, timeline_frame
 from kvlab.sim.cluster import ClusterTier, simulate
 from kvlab.viz import ttft_cdf, ttft_cdf_chart, ttft_vs_rate_chart, worker_queue_chart
@@ -24,14 +25,6 @@ def toy_result(ttft: list[float | None], timeline: pl.DataFrame | None = None) -
 def chart_data(chart: object) -> pl.DataFrame:
     (rows,) = chart.to_dict()["datasets"].values()
     return pl.DataFrame(rows)
-
-
-def font_sizes(spec: object) -> list[float]:
-    if isinstance(spec, dict):
-        return [v for k, v in spec.items() if k.endswith("ontSize")] + [x for v in spec.values() for x in font_sizes(v)]
-    if isinstance(spec, list):
-        return [x for v in spec for x in font_sizes(v)]
-    return []
 
 
 def test_ttft_cdf_of_hand_values() -> None:

@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 import kvlab.viz  # importing kvlab.viz enables the theme
+from conftest import font_sizes
 from kvlab.core import RunResult, RunSummary, timeline_frame
 from kvlab.policies import POLICIES
 from kvlab.viz import theme
@@ -134,14 +135,6 @@ def test_theme_is_registered_enabled_and_in_every_spec() -> None:
 
 
 # --------------------------------------------------------------------------- every builder's spec
-def font_sizes(spec: object) -> list[float]:
-    if isinstance(spec, dict):
-        return [v for k, v in spec.items() if k.endswith("ontSize")] + [x for v in spec.values() for x in font_sizes(v)]
-    if isinstance(spec, list):
-        return [x for v in spec for x in font_sizes(v)]
-    return []
-
-
 CHANNELS = ("x", "y", "color", "strokeDash", "shape", "size", "row", "column", "facet")
 SNAKE = re.compile(r"[a-z0-9]_[a-z]")
 
