@@ -254,3 +254,12 @@ def test_a_capacity_move_sends_rows_only(small) -> None:
     panel.num_tiers.value = 3
     assert panel.chart.embeds == embeds + 1
     assert panel.chart.spec["vconcat"][0]["vconcat"][2]["layer"][0]["encoding"]["y"]["title"] == "NVMe GiB"
+
+
+def test_a_drag_between_stops_reads_as_the_stop(small) -> None:
+    """Seen in the browser: a drag sent 2^8.9999 GiB, the readout showed 512 and the chart 511.9 GiB =
+    8,191 blocks; the explorer reads a GiB slider on its nearest stop."""
+    panel = design_explorer(small, **TWO_TIERS, debounce_s=0)
+    panel.capacity_gib[1].value = 2**8.9999
+    assert panel.settings().capacity_gib == (16.0, 512.0)
+    assert panel.capacity_blocks() == [256, 8_192]

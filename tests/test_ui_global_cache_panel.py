@@ -10,7 +10,7 @@ from conftest import make_trace
 from kvlab.sim.cluster.mooncake_figures import MooncakeSetup, figure10
 from kvlab.traces import Trace
 from kvlab.ui import GlobalCachePanel, GlobalCacheSettings, global_cache_panel
-from kvlab.ui.global_cache_panel import TABLE_COLUMNS
+from kvlab.ui.global_cache_panel import TABLE_HEADERS
 
 SMALL = MooncakeSetup(num_workers=2, cache_tokens=200_000)
 METRICS = ["requests", "token_hit_ratio", "gpu_hit_ratio", "remote_store_ratio", "prefill_gpu_s_per_request",
@@ -171,7 +171,10 @@ def test_table_and_chart_show_the_frame(scenario_panel: GlobalCachePanel) -> Non
     for rows in datasets:
         assert [(r["cache_scope"], r["token_hit_ratio"]) for r in rows] == list(
             zip(panel.frame["cache_scope"], panel.frame["token_hit_ratio"]))
-    assert all(f"<th>{column}</th>" in panel.table.value for column in TABLE_COLUMNS)
+    assert all(f">{header}</th>" in panel.table.value for header in TABLE_HEADERS.values())  # human headers
+    assert "shape:" not in panel.table.value and "dtype" not in panel.table.value
+    for scope, ratio in zip(panel.frame["cache_scope"], panel.frame["token_hit_ratio"]):
+        assert f">{scope}</td>" in panel.table.value and f">{ratio:.4g}</td>" in panel.table.value
 
 
 def test_controls_start_at_the_setup() -> None:

@@ -17,6 +17,7 @@ token: the page's kernel runs Python for whoever reaches the address, so the def
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shutil
@@ -183,8 +184,9 @@ def check_listen(ip: str, port: int) -> None:
         try:
             probe.bind(address)
         except OSError as err:
-            raise ValueError(f"--ip {ip} --port {port}: cannot listen there ({err.strerror}); "
-                             f"pick another --port") from None
+            fix = ("pick another --port" if err.errno == errno.EADDRINUSE else
+                   "give an address of this machine as --ip (127.0.0.1, 0.0.0.0 or one of its interfaces)")
+            raise ValueError(f"--ip {ip} --port {port}: cannot listen there ({err.strerror}); {fix}") from None
 
 
 def can_open_browser(environ: dict[str, str] | None = None, platform: str | None = None) -> bool:

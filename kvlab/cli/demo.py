@@ -80,7 +80,7 @@ def run_demo(out: Path, *, progress: bool = False) -> pl.DataFrame:
         bar.set_description("hit ratio vs capacity")
         curve = pl.concat(curves)
         written += save_chart(hit_ratio_curve(curve, color="trace", title="LRU token hit ratio vs capacity "
-                                                                          "(dashed: unbounded)"),
+                                                                          "(flat lines: unbounded)"),
                               out, "hit_ratio_vs_capacity")
         curve.write_parquet(out / "curve.parquet")
         curve.write_csv(out / "curve.csv")

@@ -184,7 +184,8 @@ class DesignExplorer:
         self.num_tiers = widgets.IntSlider(value=num_tiers, min=1, max=len(TIER_DEVICES), description="tiers")
         self.capacity_gib = [widgets.FloatLogSlider(value=gib, base=2, min=-4, max=14, step=0.5,
                                                     description=f"{name} (GiB)", continuous_update=False,
-                                                    readout_format=",.4g", style={"description_width": "80px"})
+                                                    readout_format=",.4g", style={"description_width": "100px"},
+                                                    layout={"width": "420px"})
                              for (name, _, _, _), gib in zip(TIER_DEVICES, sizes)]
         self.policy = [widgets.Dropdown(options=TIER_POLICIES, value="lru", description="policy",
                                         layout={"width": "220px"}) for _ in TIER_DEVICES]
@@ -221,7 +222,7 @@ class DesignExplorer:
         chunk = self.chunk.value
         return ExplorerSettings(
             model=self.model.value, chunk=chunk, block_size=self.trace.block_size * chunk,
-            capacity_gib=tuple(float(self.capacity_gib[i].value) for i in range(num_tiers)),
+            capacity_gib=tuple(_on_stop(self.capacity_gib[i]) for i in range(num_tiers)),
             policies=tuple(self.policy[i].value for i in range(num_tiers)),
             write_policy=self.write_policy.value, promote=bool(self.promote.value))
 
@@ -403,6 +404,13 @@ def _saved_s(model: str, device: str, link: str | None, num_blocks: int, block_s
     hit = TierHit(get_device(device), num_blocks, None if link is None else get_device(link))
     return load_or_recompute(hit.num_blocks, block_size, get_model(model), hit.device, gpu_flops,
                              link=hit.link, context_tokens=context_tokens).saved_s
+
+
+def _on_stop(slider: widgets.FloatLogSlider) -> float:
+    """The slider's value on its nearest stop (``base ** (k × step)``): a browser drag can send
+    2^8.9999… = 511.9 GiB while the readout shows 512."""
+    exponent = np.log(slider.value) / np.log(slider.base)
+    return float(slider.base ** (round(exponent / slider.step) * slider.step))
 
 
 def design_explorer(trace: Trace, **kwargs: object) -> DesignExplorer:

@@ -11,6 +11,7 @@ slider move.
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, replace
 
 import altair as alt
@@ -35,9 +36,12 @@ SCOPES = ("local", "global")
 DELAY_STOPS_S = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 #: Figure 10's DRAM cache per node (FAST'25): always a stop of the cache slider.
 PAPER_CACHE_TOKENS: int = MooncakeSetup.cache_tokens
-#: The frame's columns shown in the panel's table.
-TABLE_COLUMNS = ("cache_scope", "token_hit_ratio", "gpu_hit_ratio", "remote_store_ratio", "ttft_mean_s",
-                 "ttft_p99_s", "prefill_gpu_s_per_request", "rejected_requests")
+#: The frame's columns shown in the panel's table, with the header each shows (units in it).
+TABLE_HEADERS = {"cache_scope": "cache scope", "token_hit_ratio": "token hit ratio", "gpu_hit_ratio": "GPU hit ratio",
+                 "remote_store_ratio": "share from the global store", "ttft_mean_s": "mean TTFT (s)",
+                 "ttft_p99_s": "p99 TTFT (s)", "prefill_gpu_s_per_request": "prefill GPU time per request (s)",
+                 "rejected_requests": "rejected requests"}
+TABLE_COLUMNS = tuple(TABLE_HEADERS)
 
 
 @dataclass(frozen=True)
@@ -236,8 +240,7 @@ class GlobalCachePanel:
 
     def _show(self) -> None:
         self.summary.value = self.summary_html()
-        self.table.value = self.frame.select(pl.col(c).round(4) if self.frame[c].dtype == pl.Float64 else pl.col(c)
-                                             for c in TABLE_COLUMNS)._repr_html_()
+        self.table.value = _table_html(self.frame)
         self._on_change(None)
 
     def _chart(self, frame: pl.DataFrame, settings: GlobalCacheSettings) -> alt.HConcatChart:
@@ -255,6 +258,20 @@ class GlobalCachePanel:
 
     def _repr_mimebundle_(self, **kwargs: object) -> dict:
         return self.ui._repr_mimebundle_(**kwargs)
+
+
+def _table_html(frame: pl.DataFrame) -> str:
+    """The panel's table: one row per scope, :data:`TABLE_HEADERS` as headers, ratios and seconds
+    to 4 significant digits, counts with thousands separators."""
+    def cell(value: object) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return f"{value:,}" if isinstance(value, int) else html.escape(str(value))
+
+    head = "".join(f"<th style='padding:2px 10px'>{html.escape(h)}</th>" for h in TABLE_HEADERS.values())
+    rows = "".join("<tr>" + "".join(f"<td style='padding:2px 10px;text-align:right'>{cell(row[c])}</td>"
+                                    for c in TABLE_COLUMNS) + "</tr>" for row in frame.iter_rows(named=True))
+    return f"<table style='font-size:14px;border-collapse:collapse'><tr>{head}</tr>{rows}</table>"
 
 
 def global_cache_panel(trace: Trace, setup: MooncakeSetup | None = None) -> GlobalCachePanel:

@@ -26,6 +26,10 @@ TOUCH_ORDER_HELP = (
     "the orphan share shows what changes.")
 
 
+#: The occupancy chart's blocks axis ends this much above the capacity line.
+AXIS_HEADROOM = 1.1
+
+
 def capacity_options(distinct_blocks: int, lowest_blocks: int = 100) -> list[tuple[str, int | str]]:
     """Slider stops: 1-2-5 steps from ``lowest_blocks`` to the working set, then unbounded.
 
@@ -54,7 +58,7 @@ class ReplayPanel:
     function of the widget values; orphans tracked) and updates the summary text and the
     occupancy chart, a :class:`kvlab.viz.LiveChart` (``panel.chart.chart`` is the altair
     chart). The chart's spec does not depend on the controls (the capacity, its label and the
-    y-axis top, ``max(capacity, the trace's distinct blocks)``, are data), so a move sends
+    y-axis top, 1.1 × the capacity — unbounded: the peak in use — are data), so a move sends
     new rows only and the browser redraws the existing view. Display the panel itself, or
     ``panel.ui``. ``last_update_s`` is the CPU time of the last refresh (replay, summary,
     chart), seconds.
@@ -136,7 +140,10 @@ class ReplayPanel:
         capacity = result.config.capacity_blocks
         measured = result.requests.filter("measured")["arrival_s"]
         warmup_end_s = measured[0] if result.summary.warmup_requests and len(measured) else None
-        return occupancy_data(result, warmup_end_s=warmup_end_s, y_max=max(capacity or 0, self.trace.distinct_blocks))
+        # the blocks axis follows the capacity (its line just below the top), so the chart shows how
+        # fast the cache fills and where it stays, at every capacity; unbounded: the peak in use
+        y_max = None if capacity is None else AXIS_HEADROOM * capacity
+        return occupancy_data(result, warmup_end_s=warmup_end_s, y_max=y_max)
 
     def _draw(self, result: RunResult) -> None:
         title = f"{self.policy.upper()} cache: blocks in use and hit ratio"

@@ -169,7 +169,7 @@ def occupancy_template(title: str | None = None) -> alt.VConcatChart:
     (``alt.NamedData``; no rows): one object per ``title``, so a :class:`kvlab.viz.LiveChart`
     showing it again sends rows only."""
     timeline = alt.Chart(alt.NamedData(name=OCCUPANCY_DATASETS[0]))
-    x = alt.X("time_s:Q", title="time (s)", scale=alt.Scale(nice=False, zero=False))
+    x = alt.X("time_s:Q", title="time (s)", scale=alt.Scale(nice=False, zero=False), axis=alt.Axis(tickCount=8))
     y = alt.Y("value:Q", title="blocks")
     color = alt.Color("tier:N", title="tier")
     used = timeline.transform_filter(alt.datum.metric == "used_blocks").mark_line(strokeWidth=2).encode(
@@ -247,7 +247,7 @@ def hit_ratio_chart(source: RunResult | pl.DataFrame, *, window_steps: int | Non
     """
     data = _binned(hit_ratio_timeline(source, window_steps), max_points)
     chart = alt.Chart(data).mark_line().encode(
-        x=alt.X("time_s:Q", title="time (s)", scale=alt.Scale(nice=False, zero=False)),
+        x=alt.X("time_s:Q", title="time (s)", scale=alt.Scale(nice=False, zero=False), axis=alt.Axis(tickCount=8)),
         y=alt.Y("value:Q", title="rolling block hit ratio", scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("tier:N", title="served by"),
         tooltip=["step:Q", "time_s:Q", "tier:N", alt.Tooltip("value:Q", title="hit ratio", format=".3f")],
