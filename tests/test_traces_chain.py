@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import make_trace
 from kvlab.traces import TraceFormatError
-from kvlab.traces.chain import check_chained_keys
+from kvlab.traces.chain import check_chained_keys, rechain
 
 
 def first_unchained_row(rows: list[list[int]]) -> tuple[int, int] | None:
@@ -47,3 +48,21 @@ def test_check_chained_keys_names_both_rows_and_lines() -> None:
     with pytest.raises(TraceFormatError, match=r"row 0: block_keys\[1\]=5 follows key 5 here but nothing "
                                                r"\(first block\) at position 0 in row 0"):
         check_chained_keys(make_trace([[5, 5]], block_size=1).flat, "t")
+
+
+@given(st.lists(st.lists(st.integers(0, 6), max_size=8), min_size=1, max_size=30))
+def test_rechain_matches_a_dictionary_of_prefixes(rows: list[list[int]]) -> None:
+    """Equal chained keys exactly when the whole id prefixes are equal (a naive reference)."""
+    offsets = np.cumsum([0] + [len(r) for r in rows])
+    ids = np.array([i for r in rows for i in r], dtype=np.uint64)
+    keys = rechain(offsets, ids).tolist()
+    by_prefix: dict[tuple[int, ...], int] = {}
+    expected = [by_prefix.setdefault(tuple(r[:j + 1]), len(by_prefix)) for r in rows for j in range(len(r))]
+    assert keys == expected
+
+
+def test_rechain_rejects_bad_offsets() -> None:
+    with pytest.raises(ValueError, match="offsets must run from 0 to len"):
+        rechain(np.array([0, 3]), np.array([1, 2], dtype=np.uint64))
+    with pytest.raises(ValueError, match="offsets must run from 0 to len"):
+        rechain(np.array([0, 2, 1, 2]), np.array([1, 2], dtype=np.uint64))

@@ -108,15 +108,15 @@ def test_load_trace_dispatch(tmp_path: Path) -> None:
     path = write_lines(tmp_path, ["", record()])
     assert len(load_trace(path)) == 1
     other = write_lines(tmp_path, ['{"requests": []}'])
-    with pytest.raises(TraceFormatError, match=r"t.jsonl:1: unrecognised trace format: the first record is an "
-                                               r"object with keys \['requests'\]; known formats: Mooncake"):
+    with pytest.raises(TraceFormatError, match=r"t.jsonl: no known trace format fits; tried:\n(.*\n)*  mooncake "
+                                               r"\(.*\): line 1: field 'timestamp': missing \(no Mooncake field"):
         load_trace(other)
     array = write_lines(tmp_path, ["[1, 2]"])
-    with pytest.raises(TraceFormatError, match="the first record is a JSON list"):
+    with pytest.raises(TraceFormatError, match="mooncake .*: line 1: a JSON list, not a JSON object"):
         load_trace(array)
     with pytest.raises(FileNotFoundError, match="no trace file"):
         load_trace(tmp_path / "missing.jsonl")
-    with pytest.raises(FileNotFoundError, match="is a directory, not a trace file"):
+    with pytest.raises(TraceFormatError, match="no known trace format fits(.*\n)*  mooncake .*: a folder, not a file"):
         load_trace(tmp_path)
     with pytest.raises(FileNotFoundError, match="empty trace path"):
         load_trace("")
@@ -153,9 +153,15 @@ def test_binary_and_gzip_files(tmp_path: Path) -> None:
     import gzip
 
     binary = tmp_path / "b.jsonl"
-    binary.write_bytes(b"\x1f\x8b\x08\x00\x9a\xff\xfe")
+    binary.write_bytes(b"\x1f\x8b\x08\x00\x9a\xff\xfe")  # gzip by its magic bytes, truncated
+    with pytest.raises(TraceFormatError, match=r"b.jsonl:1: cannot read: Compressed file ended"):
+        load_trace(binary)
+    binary.write_bytes(b"\x00\x9a\xff\xfe")
     with pytest.raises(TraceFormatError, match=r"b.jsonl:1: not UTF-8 text"):
         load_trace(binary)
+    hidden = tmp_path / "packed.jsonl"  # gzip under a plain name: found by content
+    hidden.write_bytes(gzip.compress(record().encode()))
+    assert len(load_trace(hidden)) == 1
     packed = tmp_path / "t.jsonl.gz"
     packed.write_bytes(gzip.compress((record() + "\n" + record(timestamp=5) + "\n").encode()))
     assert len(load_trace(packed)) == 2
@@ -163,10 +169,13 @@ def test_binary_and_gzip_files(tmp_path: Path) -> None:
     fake.write_text(record())
     with pytest.raises(TraceFormatError, match="f.jsonl.gz:1: cannot read"):
         load_trace(fake)
-    not_parquet = tmp_path / "n.parquet"
-    not_parquet.write_text(record())
-    with pytest.raises(TraceFormatError, match="n.parquet: not a readable Parquet file"):
-        load_trace(not_parquet)
+    misnamed = tmp_path / "n.parquet"  # the content decides, not the suffix
+    misnamed.write_text(record())
+    assert load_trace(misnamed).provenance["format"] == "mooncake"
+    broken = tmp_path / "b.parquet"
+    broken.write_bytes(b"PAR1 and then nothing")
+    with pytest.raises(TraceFormatError, match="b.parquet: not a readable Parquet file"):
+        load_trace(broken)
 
 
 def test_parquet_round_trip(tmp_path: Path, synthetic) -> None:

@@ -7,6 +7,7 @@ import pytest
 
 from conftest import make_trace
 from kvlab.traces import Trace
+from kvlab.traces.trace import read_trace_parquet
 
 
 def frame(**changes: object) -> pl.DataFrame:
@@ -105,3 +106,21 @@ def test_datetime_arrivals_are_rejected() -> None:
 
     with pytest.raises(ValueError, match="column 'arrival_s' must have numeric values"):
         Trace(frame(arrival_s=[datetime(2025, 1, 1), datetime(2025, 1, 2)]), block_size=4)
+
+
+def test_block_identity_and_provenance_survive_parquet_and_views(tmp_path) -> None:
+    frame = pl.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 1.0], "input_tokens": [20, 8],
+                          "output_tokens": [1, 2], "block_keys": [[0, 1], [2]]})
+    trace = Trace(frame, block_size=16, source="csv", block_identity=False,
+                  provenance={"format": "azure-llm-2023", "notes": ["placeholder keys"]})
+    assert "no block identity" in repr(trace)
+    with pytest.raises(ValueError, match=r"trace 'csv' has no block identity \(azure-llm-2023: .*synthesize_prefix"):
+        trace.require_block_identity()
+    trace.write_parquet(tmp_path / "t.parquet")
+    back = read_trace_parquet(tmp_path / "t.parquet")
+    assert back.same_as(trace) and not back.block_identity
+    head = trace.head(1)
+    assert not head.block_identity and head.provenance == trace.provenance
+    assert not head.same_as(trace)
+    with pytest.raises(ValueError, match="provenance must be JSON-serialisable"):
+        Trace(frame, block_size=16, provenance={"x": object()})

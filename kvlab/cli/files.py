@@ -9,6 +9,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -114,14 +115,14 @@ def load_trace_argument(text: str, block_size: int | None = None, stdin: BinaryI
             ``load_trace`` raises (a :class:`~kvlab.traces.TraceFormatError` names ``<stdin>``).
         FileNotFoundError: as ``load_trace``.
     """
-    from kvlab.traces import Trace, load_trace
+    from kvlab.traces import load_trace
 
     if text != STDIN:
         return load_trace(text, block_size=block_size)
     with stdin_as_file("TRACE", "zcat trace.jsonl.gz | kvlab info -", stdin) as path:
         trace = load_trace(path, block_size=block_size)
     source = STDIN_NAME if trace.source == str(path) else trace.source
-    return Trace(trace.frame, trace.block_size, source, trace.partial_block_keyed)
+    return replace(trace, source=source)
 
 
 def silence_stdout() -> None:

@@ -5,7 +5,8 @@ name                       what
 =========================  ======================================================
 :class:`Trace`             polars frame (one row per request) + block size + source
 :meth:`Trace.from_arrays`  a trace from numpy arrays (object ids, or CSR block keys)
-:func:`load_trace`         open any supported file (dispatch on content)
+:func:`load_trace`         open any supported file or folder (dispatch on content)
+:data:`FORMATS`            the formats it knows (:class:`TraceFormat`), in detection order
 :func:`load_mooncake`      Mooncake FAST'25 JSONL (512-token chained hash ids)
 :func:`chat_sessions`      shared system prompt + multi-turn chat sessions
 :func:`zipf_objects`       one-object requests from a bounded Zipf distribution
@@ -16,20 +17,25 @@ name                       what
 
 from kvlab.traces.errors import TraceFormatError
 from kvlab.traces.flat import FlatTrace
-from kvlab.traces.load import load_trace
+from kvlab.traces.load import FORMATS, detect_format, load_trace
 from kvlab.traces.mooncake import MOONCAKE_BLOCK_SIZE, load_mooncake
 from kvlab.traces.rag import rag
+from kvlab.traces.sniff import Peek, TraceFormat
 from kvlab.traces.synthetic import ChatWorkload, chat_sessions, zipf_objects
 from kvlab.traces.trace import Trace, TraceStats
 
 __all__ = [
     "MOONCAKE_BLOCK_SIZE",
+    "FORMATS",
     "ChatWorkload",
     "FlatTrace",
     "Trace",
     "TraceFormatError",
     "TraceStats",
+    "Peek",
+    "TraceFormat",
     "chat_sessions",
+    "detect_format",
     "load_mooncake",
     "load_trace",
     "rag",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import polars as pl
 
@@ -174,5 +176,4 @@ def rechunk(trace: Trace, k: int) -> Trace:
         ragged = (keys.list.len() % k) != 0
         groups = pl.when(ragged).then(groups.list.concat(keys.list.last())).otherwise(groups)
     frame = trace.frame.with_columns(groups.alias("block_keys"))
-    return Trace(frame, block_size=trace.block_size * k, source=f"{trace.source} | rechunk({k})",
-                 partial_block_keyed=trace.partial_block_keyed)
+    return replace(trace, frame=frame, block_size=trace.block_size * k, source=f"{trace.source} | rechunk({k})")

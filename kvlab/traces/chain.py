@@ -9,7 +9,7 @@ import numpy as np
 
 from kvlab.core.jit import kernel_jit
 from kvlab.traces.errors import TraceFormatError
-from kvlab.traces.flat import FlatTrace
+from kvlab.traces.flat import FlatTrace, intern_first_seen
 
 
 def check_chained_keys(flat: FlatTrace, path: str | Path, *, field: str = "block_keys", noun: str = "key",
@@ -88,3 +88,70 @@ def _first_unchained(offsets: np.ndarray, block_ids: np.ndarray, num_keys: int) 
                 return ref, first_ref[key]
             parent = key
     return -1, -1
+
+
+def rechain(offsets: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Prefix-chained keys for ids that name one block (or segment) each, not its whole prefix.
+
+    The key of reference ``i`` of a request stands for the request's ids ``0..i`` in order: a new
+    key for each distinct ``(key of the previous reference, id)`` pair, numbered ``0, 1, …`` in
+    order of first appearance (exact: pairs are interned, not hashed). Bailian's per-block
+    SipHash ids and RAGPulse's segment ids need it (docs/specs/traces.md §2.2); ids that are
+    chained already come back renumbered, with the same equalities.
+
+    Args:
+        offsets: ``int64[num_requests + 1]``, CSR row pointers into ``ids``.
+        ids: ``uint64[num_refs]``, the per-block (or per-segment) ids in prompt order.
+
+    Returns:
+        ``uint64[num_refs]``: the chained keys.
+
+    Raises:
+        ValueError: offsets not a non-decreasing pointer array from 0 to ``len(ids)``.
+
+    Example:
+        >>> offsets = np.array([0, 2, 4, 5])
+        >>> rechain(offsets, np.array([7, 9, 8, 9, 7], dtype=np.uint64)).tolist()  # 9 after 7 ≠ 9 after 8
+        [0, 1, 2, 3, 0]
+    """
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    ids = np.ascontiguousarray(ids, dtype=np.uint64)
+    if offsets.ndim != 1 or offsets.shape[0] < 1 or offsets[0] != 0 or offsets[-1] != ids.shape[0] or (
+            np.diff(offsets) < 0).any():
+        raise ValueError(f"offsets must run from 0 to len(ids)={ids.shape[0]} without decreasing")
+    dense, _ = intern_first_seen(ids)
+    return _rechain(offsets, dense.astype(np.int64)).astype(np.uint64)
+
+
+@kernel_jit(nogil=True)
+def _rechain(offsets: np.ndarray, dense: np.ndarray) -> np.ndarray:
+    """New ids for ``(previous new id + 1, dense id)`` pairs, coded ``(parent + 1) * R + id`` (R =
+    distinct ids + 1; below 2**63 as both factors are below the number of references), interned in
+    an open-addressing table (linear probing, load factor at most 1/2)."""
+    n = dense.shape[0]
+    out = np.empty(n, dtype=np.int64)
+    radix = 1
+    for i in range(n):
+        radix = max(radix, dense[i] + 2)
+    cap = 1024
+    while cap < 2 * n + 2:
+        cap *= 2
+    slot_code = np.full(cap, -1, dtype=np.int64)
+    slot_id = np.empty(cap, dtype=np.int64)
+    mask = cap - 1
+    count = 0
+    for r in range(offsets.shape[0] - 1):
+        parent = -1
+        for ref in range(offsets[r], offsets[r + 1]):
+            code = (parent + 1) * radix + dense[ref]
+            z = np.uint64(code) * np.uint64(0x9E3779B97F4A7C15)
+            s = np.int64(z >> np.uint64(33)) & mask
+            while slot_code[s] >= 0 and slot_code[s] != code:
+                s = (s + 1) & mask
+            if slot_code[s] < 0:
+                slot_code[s] = code
+                slot_id[s] = count
+                count += 1
+            parent = slot_id[s]
+            out[ref] = parent
+    return out

@@ -23,6 +23,7 @@ import polars as pl
 from kvlab.core.validate import U64_MAX, check_int, check_positive, check_real, check_u64
 from kvlab.traces.chain import check_chained_keys
 from kvlab.traces.errors import TraceFormatError
+from kvlab.traces.sniff import Peek, TraceFormat, missing_field, provenance, stamp
 from kvlab.traces.textfile import check_trace_path, is_gzip_name, iter_lines, parse_json_line
 from kvlab.traces.trace import Trace
 
@@ -31,6 +32,13 @@ MOONCAKE_BLOCK_SIZE = 512
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 _BLANK_LINE = re.compile(rb"\n[ \t\r]*\n")
 _BLANK_FIRST_LINE = re.compile(rb"[ \t\r]*\n")
+#: The published Mooncake traces by file stem (``.jsonl`` or ``.jsonl.gz``): all one format.
+MOONCAKE_TRACES = {
+    "conversation_trace": "FAST'25 conversation trace",
+    "synthetic_trace": "FAST'25 synthetic trace",
+    "toolagent_trace": "FAST'25 tool&agent trace",
+    "mooncake_trace": "arXiv 2407.00079 trace (FAST25-release/arxiv-trace)",
+}
 #: The columnar reader's schema: strict, so a value of another type fails the read.
 _SCHEMA = {"timestamp": pl.Float64, "input_length": pl.Int64, "output_length": pl.Int64,
            "hash_ids": pl.List(pl.UInt64)}
@@ -73,9 +81,30 @@ def load_mooncake(path: str | Path, *, block_size: int = MOONCAKE_BLOCK_SIZE) ->
     block_size = check_positive("block_size", block_size)
     check_trace_path(path)
     trace = _load_columnar(path, block_size)
-    if trace is not None:
-        return trace
-    return _load_by_line(path, block_size)
+    if trace is None:
+        trace = _load_by_line(path, block_size)
+    stem = path.name.lower().removesuffix(".gz").removesuffix(".jsonl")
+    facts = {"variant": MOONCAKE_TRACES[stem]} if stem in MOONCAKE_TRACES else {}
+    return stamp(trace, provenance("mooncake", path, {"block_size": block_size}, **facts))
+
+
+def _sniff(peek: Peek) -> str | None:
+    """Any object with a Mooncake field (tried after the formats whose records have more fields),
+    so that a record missing one gets the reader's precise error."""
+    reason = missing_field(peek, ())
+    if reason is not None:
+        return reason
+    if not peek.record.keys() & set(MOONCAKE_FIELDS):
+        return f"{peek.where(MOONCAKE_FIELDS[0])}: missing (no Mooncake field in {sorted(peek.record)[:6]})"
+    ids = peek.record.get("hash_ids", [])
+    if not isinstance(ids, list):
+        return f"{peek.where('hash_ids')}: a JSON {type(ids).__name__}, not a list of ids"
+    return None
+
+
+MOONCAKE_FORMAT = TraceFormat(
+    "mooncake", "Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids (chained, 512 tokens); "
+    f"the {', '.join(MOONCAKE_TRACES)} files", _sniff, load_mooncake, ("block_size",))
 
 
 def _load_columnar(path: Path, block_size: int) -> Trace | None:

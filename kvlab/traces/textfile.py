@@ -26,12 +26,31 @@ def check_trace_path(path: Path) -> None:
 
 
 def is_gzip_name(path: Path) -> bool:
-    """Whether ``path``'s name ends in ``.gz``, in any case (``.GZ`` from some tools)."""
-    return path.suffix.lower() == ".gz"
+    """Whether ``path`` is gzip-compressed: its name ends in ``.gz`` in any case (``.GZ`` from some
+    tools), or its first two bytes are gzip's magic number (a compressed file under another name)."""
+    if path.suffix.lower() == ".gz":
+        return True
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == _GZIP_MAGIC
+    except OSError:
+        return False
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def read_text(path: Path) -> str:
+    """The whole file as text (gzip decompressed, UTF-8, a byte-order mark skipped).
+
+    Raises:
+        TraceFormatError: not UTF-8 text, or unreadable (as :func:`iter_lines`).
+    """
+    return "".join(line for _, line in iter_lines(path))
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(1-based line number, line)`` of a UTF-8 text file, ``.gz`` (any case)
+    """Yield ``(1-based line number, line)`` of a UTF-8 text file, gzip (:func:`is_gzip_name`)
     decompressed; a UTF-8 byte-order mark at the start (as some Windows editors write) is
     skipped.
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import dataclass, fields
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from kvlab.hashing.base import BlockHasher
 from kvlab.traces.flat import FlatTrace, flatten_block_keys, flatten_csr
 from kvlab.traces.frame_checks import canonical_frame
 
-_PARQUET_KEYS = ("kvlab.block_size", "kvlab.source", "kvlab.partial_block_keyed")
+_PARQUET_KEYS = ("kvlab.block_size", "kvlab.source", "kvlab.partial_block_keyed", "kvlab.block_identity",
+                 "kvlab.provenance")
 
 
 @dataclass(frozen=True)
@@ -77,11 +79,20 @@ class Trace:
     ``token_ids`` (``list[u32]``, ``len == input_tokens``), ``session_id``, ``model``,
     ``lora_name``. Columns are cast to these dtypes on construction.
 
+    A trace *without block identity* (``block_identity=False``: Azure and Vidur CSVs give
+    token counts only) holds placeholder keys, distinct for every block of every request, so
+    that the timed cluster simulation can run it (no prefix is shared); cache replays refuse
+    it (:meth:`require_block_identity`).
+
     Args:
         frame: the requests.
         block_size: tokens per block (≥ 1).
         partial_block_keyed: whether a request's trailing partial block has a key.
         source: where the trace came from (a path, or a generator and its parameters).
+        block_identity: whether equal keys mean equal prompt prefixes (``False``: placeholders).
+        provenance: JSON-serialisable facts about the file and how it was read (the loaders
+            fill ``format``, ``path``, ``options`` and ``notes``: what was assumed or
+            synthesized); written to and read from Parquet.
 
     Raises:
         ValueError: an empty frame, a missing column, a column of the wrong kind
@@ -109,6 +120,8 @@ class Trace:
     block_size: int
     source: str = "unknown"
     partial_block_keyed: bool = True
+    block_identity: bool = True
+    provenance: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._check()
@@ -121,6 +134,13 @@ class Trace:
         object.__setattr__(self, "block_size", check_positive("block_size", self.block_size))
         check_str("source", self.source)
         object.__setattr__(self, "partial_block_keyed", check_flag("partial_block_keyed", self.partial_block_keyed))
+        object.__setattr__(self, "block_identity", check_flag("block_identity", self.block_identity))
+        if not isinstance(self.provenance, Mapping):
+            raise ValueError(f"provenance must be a mapping, got {type(self.provenance).__name__}")
+        try:
+            json.dumps(dict(self.provenance))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"provenance must be JSON-serialisable: {err}") from None
         object.__setattr__(self, "frame", canonical_frame(self.frame, self.block_size, self.partial_block_keyed,
                                                           trusted=trusted, lengths=lengths))
 
@@ -144,14 +164,30 @@ class Trace:
         return flatten_block_keys(self.frame["block_keys"], self.frame["input_tokens"], self.block_size)
 
     def __repr__(self) -> str:
-        tail = "" if self.partial_block_keyed else ", full blocks only"
+        tail = ("" if self.partial_block_keyed else ", full blocks only") + (
+            "" if self.block_identity else ", no block identity")
         return (f"Trace(source={self.source!r}, requests={len(self)}, block_size={self.block_size}, "
                 f"block_refs={self.block_refs}, distinct_blocks={self.distinct_blocks}{tail})")
 
     # -- views ----------------------------------------------------------------------------
     def head(self, n: int) -> Trace:
         """The first ``n`` requests as a new trace (same block size and source)."""
-        return Trace(self.frame.head(n), self.block_size, f"{self.source}[:{n}]", self.partial_block_keyed)
+        return replace(self, frame=self.frame.head(n), source=f"{self.source}[:{n}]")
+
+    def require_block_identity(self, what: str = "a cache replay") -> None:
+        """Raise unless the block keys identify prompt prefixes (every cache-level driver calls it).
+
+        Raises:
+            ValueError: the trace has no block identity (token counts only); the message says
+                what to run instead.
+        """
+        if not self.block_identity:
+            fmt = self.provenance.get("format", "this format")
+            raise ValueError(
+                f"trace {self.source!r} has no block identity ({fmt}: arrivals and token counts only), so "
+                f"{what} has nothing to hit. Run the timed cluster simulation (kvlab simulate) for load, "
+                "batching and TTFT, or give it a stated synthetic sharing model: "
+                "kvlab.traces.synthesize_prefix(trace, ...) (CLI: --synthesize-prefix)")
 
     @classmethod
     def from_token_ids(cls, frame: pl.DataFrame, hasher: BlockHasher, *, source: str = "token_ids") -> Trace:
@@ -259,7 +295,20 @@ class Trace:
         """
         self.frame.write_parquet(path, metadata={
             _PARQUET_KEYS[0]: str(self.block_size), _PARQUET_KEYS[1]: self.source,
-            _PARQUET_KEYS[2]: str(self.partial_block_keyed).lower()})
+            _PARQUET_KEYS[2]: str(self.partial_block_keyed).lower(), _PARQUET_KEYS[3]: str(self.block_identity).lower(),
+            _PARQUET_KEYS[4]: _json(self.provenance)})
+
+    def same_as(self, other: Trace) -> bool:
+        """Whether ``other`` has an equal frame (values and dtypes), block size, source, key
+        semantics and provenance (what a written and re-read trace must keep)."""
+        return (isinstance(other, Trace) and self.frame.equals(other.frame) and self.frame.schema == other.frame.schema
+                and (self.block_size, self.source, self.partial_block_keyed, self.block_identity)
+                == (other.block_size, other.source, other.partial_block_keyed, other.block_identity)
+                and _json(self.provenance) == _json(other.provenance))
+
+
+def _json(provenance: Mapping[str, object]) -> str:
+    return json.dumps(dict(provenance), sort_keys=True)
 
 
 def trusted_trace(frame: pl.DataFrame, block_size: int, source: str, partial_block_keyed: bool = True, *,
@@ -285,7 +334,8 @@ def trusted_trace(frame: pl.DataFrame, block_size: int, source: str, partial_blo
     """
     trace = object.__new__(Trace)
     for name, value in (("frame", frame), ("block_size", block_size), ("source", source),
-                        ("partial_block_keyed", partial_block_keyed)):
+                        ("partial_block_keyed", partial_block_keyed), ("block_identity", True),
+                        ("provenance", {})):
         object.__setattr__(trace, name, value)
     trace._check(trusted, lengths)
     if csr is not None:  # stored where the cached property would have stored it
@@ -313,7 +363,8 @@ def read_trace_parquet(path: str | Path) -> Trace:
                                            "write it with Trace.write_parquet")
     try:
         trace = Trace(pl.read_parquet(path), int(meta[_PARQUET_KEYS[0]]), meta.get(_PARQUET_KEYS[1], str(path)),
-                      meta.get(_PARQUET_KEYS[2], "true") == "true")
+                      meta.get(_PARQUET_KEYS[2], "true") == "true", meta.get(_PARQUET_KEYS[3], "true") == "true",
+                      json.loads(meta.get(_PARQUET_KEYS[4], "{}")))
     except ValueError as err:
         raise TraceFormatError(path, None, str(err)) from err
     check_chained_keys(trace.flat, path)

@@ -11,7 +11,7 @@ Values read from the paper are :data:`PAPER_FIGURE10` and :data:`PAPER_TTFT_MEAN
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -118,7 +118,7 @@ class MooncakeSetup:
             return trace
         frame = trace.frame.with_columns(pl.lit(self.output_tokens, dtype=trace.frame["output_tokens"].dtype)
                                          .alias("output_tokens"))
-        return Trace(frame, trace.block_size, trace.source, trace.partial_block_keyed)
+        return replace(trace, frame=frame)
 
     def assumptions(self) -> list[str]:
         """The setup as caption lines: what it takes from the paper, then each value it chose."""
