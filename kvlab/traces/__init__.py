@@ -8,6 +8,8 @@ name                       what
 :func:`load_trace`         open any supported file or folder (dispatch on content)
 :data:`FORMATS`            the formats it knows (:class:`TraceFormat`), in detection order
 :func:`load_mooncake`      Mooncake FAST'25 JSONL (512-token chained hash ids)
+:func:`load_azure_llm`     Azure LLM inference CSV (token counts only: no block identity)
+:func:`load_vidur`         Vidur processed trace CSV (token counts only: no block identity)
 :func:`chat_sessions`      shared system prompt + multi-turn chat sessions
 :func:`zipf_objects`       one-object requests from a bounded Zipf distribution
 :func:`rag`                Opal's RAG workload: system prompt + k reused documents
@@ -22,6 +24,7 @@ from kvlab.traces.mooncake import MOONCAKE_BLOCK_SIZE, load_mooncake
 from kvlab.traces.rag import rag
 from kvlab.traces.sniff import Peek, TraceFormat
 from kvlab.traces.synthetic import ChatWorkload, chat_sessions, zipf_objects
+from kvlab.traces.token_counts import load_azure_llm, load_vidur
 from kvlab.traces.trace import Trace, TraceStats
 
 __all__ = [
@@ -36,7 +39,9 @@ __all__ = [
     "TraceFormat",
     "chat_sessions",
     "detect_format",
+    "load_azure_llm",
     "load_mooncake",
+    "load_vidur",
     "load_trace",
     "rag",
     "zipf_objects",

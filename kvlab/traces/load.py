@@ -13,6 +13,7 @@ from kvlab.paths import BUNDLED_TRACES, bundled_trace_path
 from kvlab.traces.errors import TraceFormatError
 from kvlab.traces.mooncake import MOONCAKE_FORMAT
 from kvlab.traces.sniff import Peek, TraceFormat, provenance, stamp
+from kvlab.traces.token_counts import AZURE_LLM_FORMAT, VIDUR_FORMAT
 from kvlab.traces.trace import Trace, read_trace_parquet
 
 
@@ -36,6 +37,7 @@ PARQUET_FORMAT = TraceFormat("parquet", "kvlab Parquet (written by Trace.write_p
 FORMATS: dict[str, TraceFormat] = {f.name: f for f in (
     PARQUET_FORMAT,
     MOONCAKE_FORMAT,
+    AZURE_LLM_FORMAT, VIDUR_FORMAT,
 )}
 
 
