@@ -250,6 +250,7 @@ def _check_trace(trace: object, chunk_size: int) -> None:
     """Refuse what :func:`replay_rag` cannot replay: not a Trace, no tokens, chunks across blocks."""
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
+    trace.require_block_identity("a CacheBlend replay (kvlab.blend.replay_rag)")
     if "token_ids" not in trace.frame.columns:
         raise ValueError("trace needs a 'token_ids' column (blend matching reads tokens; e.g. kvlab.traces.rag)")
     if chunk_size % trace.block_size:

@@ -290,6 +290,7 @@ def replay_requests(trace: Trace, config: EngineReplayConfig | None = None, **ov
     """
     config = config_with(EngineReplayConfig, config, overrides)
     _, needed = _needed_blocks(trace)
+    trace.require_block_identity("an engine replay (kvlab.engines.replay_requests)")
     capacity = needed if config.capacity_blocks is None else min(config.capacity_blocks, needed)
     pool = BlockPool(capacity + 1, enable_caching=config.enable_caching, free_order=config.free_order,
                      block_size=trace.block_size)
@@ -329,6 +330,7 @@ def replay_omlx(trace: Trace, config: OmlxReplayConfig | None = None, **override
     """
     config = config_with(OmlxReplayConfig, config, overrides)
     _, needed = _needed_blocks(trace)
+    trace.require_block_identity("an engine replay (kvlab.engines.replay_omlx)")
     capacity = needed if config.capacity_blocks is None else min(config.capacity_blocks, needed)
     initial = capacity if config.initial_blocks is None else min(config.initial_blocks, capacity)
     pool = PagedBlockPool(initial + 1, max_blocks=capacity + 1, enable_caching=config.enable_caching,

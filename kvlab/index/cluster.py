@@ -252,6 +252,7 @@ def route_requests(trace: Trace, *, num_pods: int = 2, capacity_blocks: int = 1_
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
+    trace.require_block_identity("routing over a global block index (kvlab.index.route_requests)")
     config = RouteConfig(num_pods=num_pods, capacity_blocks=capacity_blocks, block_size=block_size,
                          scorer=scorer, faults=faults, seed=seed, removed_events=removed_events,
                          unknown_parent=unknown_parent)

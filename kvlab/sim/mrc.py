@@ -142,6 +142,7 @@ def mrc(trace: Trace, *, capacities_blocks: Iterable[int | None] | None = None,
 def _check(trace: object, touch_order: object, warmup_fraction: object, shards_rate: object, seed: object) -> None:
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
+    trace.require_block_identity("a miss-ratio curve (kvlab.sim.mrc)")
     check_choice("touch_order", touch_order, TOUCH_ORDERS)
     if check_real("warmup_fraction", warmup_fraction, low=0.0) >= 1.0:
         raise ValueError(f"warmup_fraction must be a number in [0, 1), got {warmup_fraction!r}")

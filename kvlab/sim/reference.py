@@ -59,6 +59,7 @@ def replay_reference(trace: Trace, config: ReplayConfig | None = None, **overrid
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
+    trace.require_block_identity("a cache replay (kvlab.sim.replay_reference)")
     if config is not None and not isinstance(config, ReplayConfig):
         raise ValueError(f"config must be a ReplayConfig or None, got {config!r}")
     config = config_with(ReplayConfig, config, overrides)

@@ -240,6 +240,7 @@ def run_kernel(trace: Trace, config: ReplayConfig, *, progress: bool = False) ->
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
+    trace.require_block_identity("a cache replay (kvlab.sim.replay)")
     return run_flat(trace.flat, config, progress=progress)
 
 

@@ -83,6 +83,7 @@ def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Itera
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
+    trace.require_block_identity("a sweep of cache replays (kvlab.sim.sweep)")
     capacities = check_list("capacities_blocks", capacities_blocks)  # iterated once per policy
     policies = [policies] if isinstance(policies, str) else check_list("policies", policies)
     check_executor(executor)

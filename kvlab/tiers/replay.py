@@ -80,6 +80,7 @@ def replay_tiered(trace: Trace, tiers: Sequence[TierSpec | tuple], *, write_poli
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
+    trace.require_block_identity("a tiered cache replay (kvlab.tiers.replay_tiered)")
     config = TieredConfig(tiers, write_policy=write_policy, promote=promote, selective_hits=selective_hits, walk=walk,
                           touch_order=touch_order, warmup_fraction=warmup_fraction, engine=engine)
     why_not = _why_not_kernel(config)

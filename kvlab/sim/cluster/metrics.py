@@ -59,6 +59,9 @@ class ClusterSummary(RunSummary):
     ``busy_share``: each worker's busy time over the makespan. ``time_scale`` and ``rate``: how
     the trace's arrivals were re-timed (:func:`~kvlab.sim.cluster.arrival_times`). ``events``:
     heap events processed; ``wall_s`` and ``simulated_requests_per_s``: the simulator's own speed.
+    ``block_identity``: whether the trace's block keys identify prompt prefixes (``False`` for
+    token-count traces such as Azure's and Vidur's: placeholder keys, so no prefix can hit and
+    the hit ratios are 0 by construction, not measured).
 
     Example:
         >>> ClusterSummary.driver
@@ -103,6 +106,7 @@ class ClusterSummary(RunSummary):
     events: int
     wall_s: float
     simulated_requests_per_s: float
+    block_identity: bool = True
 
 
 def _stats(values: np.ndarray, prefix: str) -> dict[str, float | None]:
@@ -227,8 +231,8 @@ def timeline(steps: pl.DataFrame, loop: object) -> pl.DataFrame:
 
 
 def summary(source: str, loop: object, requests: pl.DataFrame, *, time_scale: float = 1.0,
-            rate: float | None = None) -> ClusterSummary:
-    """The :class:`ClusterSummary` of a finished loop."""
+            rate: float | None = None, block_identity: bool = True) -> ClusterSummary:
+    """The :class:`ClusterSummary` of a finished loop (``block_identity``: the trace's)."""
     cfg: ClusterConfig = loop.config
     done = requests.filter(pl.col("finish_s").is_not_null())
     admitted = requests.filter(~pl.col("rejected"))
@@ -258,4 +262,5 @@ def summary(source: str, loop: object, requests: pl.DataFrame, *, time_scale: fl
         busy_share={w.name: (w.busy_s / makespan if makespan > 0 else 0.0) for w in loop.workers},
         preemptions=sum(w.preemptions for w in loop.workers), steps=sum(w.step_seq for w in loop.workers),
         events=loop.events, wall_s=loop.wall_s,
-        simulated_requests_per_s=requests.height / loop.wall_s if loop.wall_s > 0 else 0.0)
+        simulated_requests_per_s=requests.height / loop.wall_s if loop.wall_s > 0 else 0.0,
+        block_identity=block_identity)

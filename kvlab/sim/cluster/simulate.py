@@ -55,7 +55,9 @@ def simulate(trace: Trace, config: ClusterConfig | None = None, *, time_scale: f
 
     Args:
         trace: the requests (``request_id``, ``arrival_s``, ``input_tokens``, ``output_tokens``,
-            chained ``block_keys``).
+            chained ``block_keys``). A trace without block identity (Azure, Vidur: token counts
+            only) runs too: its placeholder keys never repeat, so nothing hits and TTFT comes
+            from load and batching alone; the summary's ``block_identity`` says so.
         config: a :class:`~kvlab.sim.cluster.config.ClusterConfig` (``None``: its defaults).
         time_scale, rate: as :func:`arrival_times`.
         progress: a tqdm bar on stderr (requests finished).
@@ -109,5 +111,6 @@ def simulate(trace: Trace, config: ClusterConfig | None = None, *, time_scale: f
     steps = steps_frame(loop)
     return ClusterResult(requests, timeline(steps, loop),
                          summary(trace.source, loop, requests, time_scale=float(time_scale),
-                                 rate=None if rate is None else float(rate)), config,
+                                 rate=None if rate is None else float(rate), block_identity=trace.block_identity),
+                         config,
                          steps=steps, transfers=transfers_frame(loop))
