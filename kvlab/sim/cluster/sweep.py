@@ -23,8 +23,9 @@ from kvlab.sim.cluster.simulate import arrival_times, simulate
 from kvlab.sim.executors import check_executor, run_tasks
 from kvlab.traces import Trace
 
-#: Summary fields that are no column: the run's inputs (the varied fields are columns; the trace's block identity) and the
-#: per-worker busy shares (the worker count may vary); ``tier_hit_ratio`` becomes one column per tier.
+#: Summary fields that are no column: the run's inputs (the varied fields are columns; the trace's
+#: block identity) and the per-worker busy shares (the worker count may vary); ``tier_hit_ratio``
+#: becomes one column per tier.
 _NOT_METRICS = ("source", "config", "time_scale", "rate", "busy_share", "block_identity")
 _DTYPES = {"int": pl.Int64, "float": pl.Float64, "float | None": pl.Float64}
 #: The metric columns of a cluster sweep frame and their dtypes: the scalar fields of
