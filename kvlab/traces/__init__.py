@@ -12,6 +12,7 @@ name                       what
 :func:`load_vidur`         Vidur processed trace CSV (token counts only: no block identity)
 :func:`chat_sessions`      shared system prompt + multi-turn chat sessions
 :func:`zipf_objects`       one-object requests from a bounded Zipf distribution
+:func:`synthesize_prefix`  a stated synthetic prefix-sharing model for token-count traces
 :func:`rag`                Opal's RAG workload: system prompt + k reused documents
 :class:`FlatTrace`         CSR form for the kernels (offsets + dense block ids)
 =========================  ======================================================
@@ -23,6 +24,7 @@ from kvlab.traces.load import FORMATS, detect_format, load_trace
 from kvlab.traces.mooncake import MOONCAKE_BLOCK_SIZE, load_mooncake
 from kvlab.traces.rag import rag
 from kvlab.traces.sniff import Peek, TraceFormat
+from kvlab.traces.synthesize import synthesize_prefix
 from kvlab.traces.synthetic import ChatWorkload, chat_sessions, zipf_objects
 from kvlab.traces.token_counts import load_azure_llm, load_vidur
 from kvlab.traces.trace import Trace, TraceStats
@@ -44,5 +46,6 @@ __all__ = [
     "load_vidur",
     "load_trace",
     "rag",
+    "synthesize_prefix",
     "zipf_objects",
 ]

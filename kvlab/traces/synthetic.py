@@ -185,23 +185,41 @@ def zipf_objects(num_requests: int, num_objects: int, alpha: float = 1.0, *, see
     check_real("alpha", alpha, low=0.0)
     check_real("rate_per_s", rate_per_s, low=0.0, low_open=True)
     rng = rng_from_seed("seed", seed)
-    weights = 1.0 / np.arange(1, num_objects + 1, dtype=np.float64) ** alpha
-    cdf = np.cumsum(weights)
+    cdf = zipf_cdf(num_objects, alpha)
     # in chunks (the same draws as one call): no float64 or int64 array of every request
     objects = np.empty(num_requests, dtype=np.uint64)
     for start in range(0, num_requests, _CHUNK):
-        draws = rng.random(min(_CHUNK, num_requests - start)) * cdf[-1]
-        objects[start:start + draws.shape[0]] = np.searchsorted(cdf, draws, side="right")
+        objects[start:start + _CHUNK] = zipf_ranks(rng, cdf, min(_CHUNK, num_requests - start))
     permutation = rng.permutation(num_objects).astype(np.uint64)
     for start in range(0, num_requests, _CHUNK):
-        ranks = np.minimum(objects[start:start + _CHUNK], num_objects - 1)
-        objects[start:start + _CHUNK] = permutation[ranks]
+        objects[start:start + _CHUNK] = permutation[objects[start:start + _CHUNK]]
     seed_repr = "Generator" if isinstance(seed, np.random.Generator) else seed
     return trace_from_arrays(
         objects, arrival_s=np.arange(num_requests, dtype=np.float64) / rate_per_s,
         output_tokens=np.zeros(num_requests, dtype=np.uint32), block_size=1,
         source=f"zipf_objects(num_requests={num_requests}, num_objects={num_objects}, alpha={alpha}, "
                f"seed={seed_repr})")
+
+
+def zipf_cdf(num_ranks: int, alpha: float) -> np.ndarray:
+    """The unnormalised cumulative weights (``float64[num_ranks]``) of a bounded Zipf
+    distribution: rank ``k`` (0-based) has weight ``1 / (k + 1) ** alpha``.
+
+    >>> zipf_cdf(3, 1.0).tolist()
+    [1.0, 1.5, 1.8333333333333333]
+    """
+    return np.cumsum(1.0 / np.arange(1, num_ranks + 1, dtype=np.float64) ** alpha)
+
+
+def zipf_ranks(rng: np.random.Generator, cdf: np.ndarray, size: int) -> np.ndarray:
+    """``size`` 0-based ranks (``int64``) drawn from :func:`zipf_cdf`'s distribution by inverse
+    transform: one ``rng.random()`` per draw.
+
+    >>> zipf_ranks(np.random.default_rng(0), zipf_cdf(4, 1.0), 5).tolist()
+    [1, 0, 0, 0, 2]
+    """
+    draws = rng.random(size) * cdf[-1]
+    return np.minimum(np.searchsorted(cdf, draws, side="right"), cdf.shape[0] - 1)
 
 
 #: Requests drawn at a time by :func:`zipf_objects`.
