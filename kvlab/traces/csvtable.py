@@ -14,7 +14,7 @@ import polars as pl
 
 from kvlab.traces.errors import TraceFormatError
 from kvlab.traces.sniff import Peek
-from kvlab.traces.textfile import check_trace_path, is_gzip_name, iter_lines
+from kvlab.traces.textfile import check_trace_path, is_gzip_name
 
 _LEADING_BLANK = re.compile(rb"(?:[ \t\r]*\n)*")
 _BLANK_LINE = re.compile(rb"(?m)^[ \t\r]*$")
@@ -153,7 +153,7 @@ def read_csv_table(path: str | Path, required: tuple[str, ...]) -> CsvTable:
     try:
         frame = pl.read_csv(body, infer_schema=False, has_header=True)
     except Exception as err:  # polars raises several error types for malformed CSV
-        _locate(path, header_line, err)
+        _locate(path, raw, header_line, err)
     names = frame.columns
     for name in required:
         if name not in names:
@@ -180,11 +180,18 @@ def _blank_rows(raw: bytes, start: int, rows: int) -> np.ndarray | None:
     return np.array([not line.strip() for line in raw[header_end + 1:end].split(b"\n")[:rows]], dtype=np.bool_)
 
 
-def _locate(path: Path, header_line: int, err: Exception) -> None:
+def _locate(path: Path, raw: bytes, header_line: int, err: Exception) -> None:
     """Find the line polars could not read (not UTF-8, more fields than the header) and raise
     there; else raise polars' reason for the whole file."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        line = raw.count(b"\n", 0, bad.start) + 1
+        column = bad.start - raw.rfind(b"\n", 0, bad.start) - 1
+        raise TraceFormatError(path, line, f"not UTF-8 text ({bad.reason} at byte {column} of the line); "
+                                           "a binary file?") from None
     width = None
-    for lineno, line in iter_lines(path):  # raises at a line that is not UTF-8
+    for lineno, line in enumerate(text.splitlines(), start=1):
         if lineno < header_line or not line.strip():
             continue
         fields = next(csv.reader([line]))
