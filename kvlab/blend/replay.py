@@ -212,7 +212,8 @@ def replay_rag(trace: Trace, *, chunk_size: int = 256, capacity_chunks: int | No
         * ``summary``: a :class:`RagSummary`; ``config``: the :class:`RagConfig`.
 
     Raises:
-        ValueError: not a :class:`~kvlab.traces.Trace`, a trace without ``token_ids``, a
+        ValueError: not a :class:`~kvlab.traces.Trace`, a trace without block identity or
+            without ``token_ids``, a
             ``chunk_size`` that is not a multiple of the block size, or a bad :class:`RagConfig`
             field.
 

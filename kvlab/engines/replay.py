@@ -280,7 +280,7 @@ def replay_requests(trace: Trace, config: EngineReplayConfig | None = None, **ov
         An :class:`EngineResult`; summary :class:`EngineReplaySummary`.
 
     Raises:
-        ValueError: not a trace, or a bad configuration field.
+        ValueError: not a trace or one without block identity, or a bad configuration field.
 
     Example:
         >>> from kvlab.traces import load_trace
@@ -317,7 +317,7 @@ def replay_omlx(trace: Trace, config: OmlxReplayConfig | None = None, **override
         An :class:`EngineResult`; summary :class:`OmlxReplaySummary`.
 
     Raises:
-        ValueError: not a trace, or a bad configuration field.
+        ValueError: not a trace or one without block identity, or a bad configuration field.
 
     Example:
         >>> from kvlab.traces import load_trace

@@ -242,7 +242,8 @@ def route_requests(trace: Trace, *, num_pods: int = 2, capacity_blocks: int = 1_
         * ``summary``: a :class:`RouteSummary`; ``config``: the :class:`RouteConfig`.
 
     Raises:
-        ValueError: not a :class:`~kvlab.traces.Trace`, or a bad :class:`RouteConfig` field.
+        ValueError: not a :class:`~kvlab.traces.Trace` or one without block identity, or a bad
+            :class:`RouteConfig` field.
 
     Example:
         >>> from kvlab.traces import load_trace

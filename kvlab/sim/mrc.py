@@ -69,7 +69,7 @@ def mrc(trace: Trace, *, capacities_blocks: Iterable[int | None] | None = None,
         ``warmup_fraction`` (f64), ``source``.
 
     Raises:
-        ValueError: ``trace`` is not a Trace; a capacity that is not an integer in
+        ValueError: ``trace`` is not a Trace or has no block identity; a capacity that is not an integer in
             ``[0, 2**63)`` or ``None``; an unknown ``touch_order``; ``warmup_fraction`` outside
             ``[0, 1)``; ``shards_rate`` outside ``(0, 1]`` or too small; ``seed`` not an
             integer in ``[0, 2**64)`` (each message names the parameter).

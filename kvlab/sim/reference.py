@@ -46,7 +46,8 @@ def replay_reference(trace: Trace, config: ReplayConfig | None = None, **overrid
         :class:`ReferenceSummary`.
 
     Raises:
-        ValueError: not a :class:`~kvlab.traces.Trace`, a bad configuration field, or mode
+        ValueError: not a :class:`~kvlab.traces.Trace` or one without block identity, a bad
+            configuration field, or mode
             ``"vllm"`` (the reference models the cache-level replay only).
         TypeError: an override that is not a :class:`~kvlab.sim.ReplayConfig` field.
 

@@ -236,7 +236,8 @@ def run_kernel(trace: Trace, config: ReplayConfig, *, progress: bool = False) ->
     ``progress`` shows a tqdm bar over block references (use on a TTY).
 
     Raises:
-        ValueError: ``trace`` is not a :class:`~kvlab.traces.Trace`.
+        ValueError: ``trace`` is not a :class:`~kvlab.traces.Trace`, or has no block identity
+            (:meth:`~kvlab.traces.Trace.require_block_identity`).
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace (see kvlab.load_trace), got {type(trace).__name__}")
@@ -372,7 +373,8 @@ def replay(trace: Trace, config: ReplayConfig | None = None, *, progress: bool =
         In mode ``"omlx"``, :func:`kvlab.engines.replay_omlx`'s result (the same four parts).
 
     Raises:
-        ValueError: ``trace`` is not a :class:`~kvlab.traces.Trace`, ``config`` is not
+        ValueError: ``trace`` is not a :class:`~kvlab.traces.Trace` or has no block identity
+            (token counts only: :meth:`~kvlab.traces.Trace.require_block_identity`), ``config`` is not
             a :class:`ReplayConfig`, or an invalid configuration field (names field
             and value).
         TypeError: an override that is not a :class:`ReplayConfig` field.

@@ -66,7 +66,8 @@ def sweep(trace: Trace, capacities_blocks: Iterable[int | None], policies: Itera
         (str) — the input of :func:`kvlab.viz.hit_ratio_curve`.
 
     Raises:
-        ValueError: an invalid or empty capacity or policy list, an invalid option or
+        ValueError: a trace without block identity, an invalid or empty capacity or policy list,
+            an invalid option or
             executor (before any run starts).
 
     With ``executor="processes"`` every worker imports kvlab afresh (``spawn``): a

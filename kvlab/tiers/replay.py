@@ -64,7 +64,8 @@ def replay_tiered(trace: Trace, tiers: Sequence[TierSpec | tuple], *, write_poli
         A :class:`~kvlab.tiers.result.TieredReplayResult`.
 
     Raises:
-        ValueError: a bad argument (the message names it and its value), or
+        ValueError: a bad argument (the message names it and its value), a trace without
+            block identity, or
             ``engine="kernel"`` where the kernel cannot run (a policy without tier hooks,
             more than :data:`~kvlab.tiers.driver.MAX_TIERS` tiers, ``walk="opal"``).
 
