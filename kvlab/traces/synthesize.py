@@ -35,8 +35,9 @@ _UNIQUE = np.uint64(1 << 63)
 
 def synthesize_prefix(trace: Trace, *, shared_prefix_tokens: int, num_prefixes: int, zipf_alpha: float = 1.0,
                       seed: int = 0, block_size: int | None = None) -> Trace:
-    """``trace``'s requests (arrivals, lengths, ids, other columns) with block keys from the
-    synthetic sharing model of this module's docstring, and block identity.
+    """``trace``'s requests (arrivals, lengths, ids, other columns but ``token_ids``, which the
+    model would contradict) with block keys from the synthetic sharing model of this module's
+    docstring, and block identity.
 
     Args:
         trace: any trace (its block keys are replaced; typically one without block identity).
