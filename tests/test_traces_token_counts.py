@@ -129,7 +129,8 @@ def test_blank_lines_are_skipped_and_later_lines_keep_their_numbers(tmp_path: Pa
     with pytest.raises(TraceFormatError, match="field 'num_prefill_tokens': 'x'") as err:
         load_vidur(path)
     assert err.value.line == 6
-    ok = write(tmp_path, "\r\n" + VIDUR_HEADER + "\r\n\r\n0.0,1,1\r\n \r\n1.0,2,1\r\n\r\n", "ok.csv")
+    spaced = "arrived_at, num_prefill_tokens , num_decode_tokens"  # spaces around names are dropped
+    ok = write(tmp_path, f"\r\n{spaced}\r\n\r\n0.0,1,1\r\n \r\n1.0,2,1\r\n\r\n", "ok.csv")
     assert load_trace(ok).frame["input_tokens"].to_list() == [1, 2]
 
 

@@ -154,7 +154,9 @@ def read_csv_table(path: str | Path, required: tuple[str, ...]) -> CsvTable:
         frame = pl.read_csv(body, infer_schema=False, has_header=True)
     except Exception as err:  # polars raises several error types for malformed CSV
         _locate(path, raw, header_line, err)
-    names = frame.columns
+    names = [name.strip() for name in frame.columns]  # as the sniff reads them: spaces around a name dropped
+    if names != frame.columns:
+        frame = frame.rename(dict(zip(frame.columns, names)))
     for name in required:
         if name not in names:
             raise TraceFormatError(path, header_line, f"field {name!r}: missing from the CSV header {names}")
