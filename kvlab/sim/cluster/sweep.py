@@ -23,11 +23,10 @@ from kvlab.sim.cluster.simulate import arrival_times, simulate
 from kvlab.sim.executors import check_executor, run_tasks
 from kvlab.traces import Trace
 
-#: Summary fields that are no column: the run's inputs (the varied fields are columns; the trace's
-#: block identity) and the per-worker busy shares (the worker count may vary); ``tier_hit_ratio``
-#: becomes one column per tier.
-_NOT_METRICS = ("source", "config", "time_scale", "rate", "busy_share", "block_identity")
-_DTYPES = {"int": pl.Int64, "float": pl.Float64, "float | None": pl.Float64}
+#: Summary fields that are no column: the run's inputs (the varied fields are columns) and the
+#: per-worker busy shares (the worker count may vary); ``tier_hit_ratio`` becomes one column per tier.
+_NOT_METRICS = ("source", "config", "time_scale", "rate", "busy_share")
+_DTYPES = {"int": pl.Int64, "float": pl.Float64, "float | None": pl.Float64, "bool": pl.Boolean}
 #: The metric columns of a cluster sweep frame and their dtypes: the scalar fields of
 #: :class:`~kvlab.sim.cluster.metrics.ClusterSummary`, in its order (``tier_hit_ratio`` apart).
 SWEEP_METRICS: dict[str, pl.DataType] = {f.name: _DTYPES[f.type] for f in fields(ClusterSummary)
@@ -69,7 +68,8 @@ def sweep(trace: Trace, grid: Mapping[str, Sequence[object]] | Sequence[Mapping[
         (f64, null without samples), ``goodput_rps``, ``makespan_s``, ``prefill_gpu_s``,
         ``decode_gpu_s`` (f64), ``preemptions``, ``steps``, ``events`` (i64), ``wall_s`` and
         ``simulated_requests_per_s`` (f64: the simulator's own speed, the only columns that
-        differ between two runs); last ``source`` (str).
+        differ between two runs), ``block_identity`` (bool: the trace's; false means the hit
+        ratios are 0 by construction); last ``source`` (str).
 
     Raises:
         ValueError: not a Trace; a grid that is empty, names a field :class:`ClusterConfig`
