@@ -20,6 +20,10 @@ BUNDLED_TRACES: dict[str, str] = {
     "splitwise-conv": "traces/vidur-splitwise/splitwise_conv.csv.gz",
 }
 
+#: Bundled traces with token counts only (no block identity): the timed cluster simulation runs
+#: them, cache replays refuse them.
+TOKEN_COUNT_TRACES = ("azure-conv", "splitwise-conv")
+
 
 def data_dir() -> Path:
     """Return the kvlab data folder.
