@@ -27,6 +27,7 @@ from kvlab.core.validate import check_positive
 from kvlab.traces.arrays import _list_column
 from kvlab.traces.chain import rechain
 from kvlab.traces.errors import TraceFormatError
+from kvlab.traces.flat import intern_first_seen
 from kvlab.traces.frame_checks import ROW_INVARIANTS
 from kvlab.traces.jsonl_fields import Field, check_block_counts, first_duplicate, flat_ids, read_fields
 from kvlab.traces.sniff import Peek, TraceFormat, missing_field, provenance, stamp
@@ -121,7 +122,8 @@ def load_bailian(path: str | Path, *, block_size: int = BAILIAN_BLOCK_SIZE) -> T
              "session_id: the chat_id reached by following parent_chat_id until -1 or a parent not in the file"]
     if moved:
         notes.append(f"rows sorted by timestamp (stable): {moved} rows were out of file order")
-    facts = {"distinct_ids": int(np.unique(ids).shape[0]), "distinct_keys": int(keys.max()) + 1 if keys.size else 0,
+    facts = {"distinct_ids": int(intern_first_seen(ids)[1].shape[0]),
+             "distinct_keys": int(keys.max()) + 1 if keys.size else 0,
              "rows_reordered": moved, "parents_not_in_file": not_in_file}
     return stamp(trace, provenance("bailian", path, {"block_size": block_size}, notes, **facts))
 
