@@ -84,9 +84,17 @@ def load_bailian(path: str | Path, *, block_size: int = BAILIAN_BLOCK_SIZE) -> T
         ValueError: ``block_size`` not a positive integer.
 
     Example:
-        >>> trace = load_bailian("tests/data/bailian_sample.jsonl")
-        >>> len(trace), trace.block_size, trace.frame["session_id"].n_unique()
-        (12, 16, 5)
+        >>> import json, tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "qwen_trace.jsonl"
+        >>> rows = [(1, -1, 0.0, 40, [7, 8, 9]), (2, 1, 3.5, 50, [7, 8, 5, 6]), (3, -1, 4.0, 20, [9, 8])]
+        >>> _ = path.write_text("".join(json.dumps({"chat_id": c, "parent_chat_id": p, "timestamp": t,
+        ...     "input_length": n, "output_length": 9, "type": "text", "turn": 1 if p < 0 else 2,
+        ...     "hash_ids": ids}) + "\\n" for c, p, t, n, ids in rows))
+        >>> trace = load_bailian(path)
+        >>> trace.frame["block_keys"].to_list()  # id 8 after 9 is not id 8 after 7: a new key
+        [[0, 1, 2], [0, 1, 3, 4], [5, 6]]
+        >>> trace.frame["session_id"].to_list(), trace.provenance["distinct_ids"]
+        ([1, 1, 3], 5)
     """
     path = Path(path)
     block_size = check_positive("block_size", block_size)

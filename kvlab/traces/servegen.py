@@ -80,9 +80,13 @@ def load_servegen(path: str | Path, *, rate_per_s: float, seed: int = 0, block_s
         FileNotFoundError: the file does not exist or is not a regular file.
 
     Example:
-        >>> trace = load_servegen("tests/data/servegen_trace_c_head.jsonl", rate_per_s=2.0, seed=1)
-        >>> len(trace), trace.block_size, trace.frame["arrival_s"][0]
-        (50, 16, 0.0)
+        >>> import json, tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "trace_a.jsonl"
+        >>> _ = path.write_text("".join(json.dumps({"request_id": r, "type": "text", "input_length": n,
+        ...     "hash_ids": ids, "img_ids": []}) + "\\n" for r, n, ids in [(0, 40, [0, 1, 2]), (1, 20, [0, 3])]))
+        >>> trace = load_servegen(path, rate_per_s=2.0, arrivals="uniform")
+        >>> trace.frame["arrival_s"].to_list(), trace.frame["output_tokens"].to_list()
+        ([0.0, 0.5], [0, 0])
     """
     path = Path(path)
     rate = check_real("rate_per_s", rate_per_s, low=0.0, low_open=True)
