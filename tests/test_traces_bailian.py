@@ -103,6 +103,9 @@ def test_rechaining_removes_hits_the_raw_ids_would_count() -> None:
     raw = [json.loads(line)["hash_ids"] for line in SAMPLE.read_text().splitlines()]
     keys = load_bailian(SAMPLE).frame["block_keys"].to_list()
     assert (id_seen_hits(raw), prefix_hits(raw), prefix_hits(keys)) == (25, 24, 22)
+    from kvlab.sim.replay import replay  # the cache-level replay agrees with the reference on the keys
+
+    assert replay(load_bailian(SAMPLE), capacity_blocks=1000).requests["hit_blocks"].sum() == 22
 
 
 # -- properties -------------------------------------------------------------------------------
