@@ -234,3 +234,7 @@ def test_dispatch_prefers_bailian_over_mooncake_and_block_size(tmp_path: Path) -
     partial = write_lines(tmp_path, [json.dumps({"chat_id": 1, "parent_chat_id": -1, "hash_ids": 3})], "p.jsonl")
     with pytest.raises(TraceFormatError, match="bailian .*line 1: field 'hash_ids': a JSON int"):
         load_trace(partial)
+    aiperf_style = write_lines(tmp_path, [record(hash_ids=_DROP)], "a.jsonl")  # AIPerf's example has no hash_ids
+    assert detect_format(aiperf_style).name == "bailian"
+    with pytest.raises(TraceFormatError, match=r"a.jsonl:1: missing field 'hash_ids'"):
+        load_trace(aiperf_style)

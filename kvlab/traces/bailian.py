@@ -168,8 +168,10 @@ def root_chats(path: Path, lines: np.ndarray, chat: np.ndarray, parent: np.ndarr
 
 
 def _sniff(peek: Peek) -> str | None:
-    reason = missing_field(peek, ("chat_id", "parent_chat_id", "hash_ids"))
-    if reason is None and not isinstance(peek.record["hash_ids"], list):
+    """An object with ``chat_id`` and ``parent_chat_id`` (a record missing another field is still
+    Bailian's: the reader names the field), whose ``hash_ids``, if present, is a list."""
+    reason = missing_field(peek, ("chat_id", "parent_chat_id"))
+    if reason is None and not isinstance(peek.record.get("hash_ids", []), list):
         return f"{peek.where('hash_ids')}: a JSON {type(peek.record['hash_ids']).__name__}, not a list of ids"
     return reason
 
