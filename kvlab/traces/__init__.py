@@ -8,6 +8,8 @@ name                       what
 :func:`load_trace`         open any supported file or folder (dispatch on content)
 :data:`FORMATS`            the formats it knows (:class:`TraceFormat`), in detection order
 :func:`load_mooncake`      Mooncake FAST'25 JSONL (512-token chained hash ids)
+:func:`load_bailian`       Alibaba Bailian / Qwen JSONL (16-token per-block ids, re-chained)
+:func:`load_servegen`      ServeGen offline batch JSONL (arrivals synthesized at a rate)
 :func:`chat_sessions`      shared system prompt + multi-turn chat sessions
 :func:`zipf_objects`       one-object requests from a bounded Zipf distribution
 :func:`rag`                Opal's RAG workload: system prompt + k reused documents
@@ -15,11 +17,13 @@ name                       what
 =========================  ======================================================
 """
 
+from kvlab.traces.bailian import load_bailian
 from kvlab.traces.errors import TraceFormatError
 from kvlab.traces.flat import FlatTrace
 from kvlab.traces.load import FORMATS, detect_format, load_trace
 from kvlab.traces.mooncake import MOONCAKE_BLOCK_SIZE, load_mooncake
 from kvlab.traces.rag import rag
+from kvlab.traces.servegen import load_servegen
 from kvlab.traces.sniff import Peek, TraceFormat
 from kvlab.traces.stats import TraceStats
 from kvlab.traces.synthetic import ChatWorkload, chat_sessions, zipf_objects
@@ -37,7 +41,9 @@ __all__ = [
     "TraceFormat",
     "chat_sessions",
     "detect_format",
+    "load_bailian",
     "load_mooncake",
+    "load_servegen",
     "load_trace",
     "rag",
     "zipf_objects",
