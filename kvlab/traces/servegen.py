@@ -165,7 +165,8 @@ def _load(path: str | Path, **options: object) -> Trace:
     """:func:`load_servegen` for :func:`kvlab.traces.load_trace`: ``rate_per_s`` must be given."""
     if options.get("rate_per_s") is None:
         raise ValueError(f"{path}: ServeGen offline traces have no arrival times (batch jobs); pass "
-                         "rate_per_s=… (requests per second; CLI --rate-per-s) to synthesize Poisson arrivals")
+                         "rate_per_s=… (requests per second; kvlab: --trace-option rate_per_s=2.0) to "
+                         "synthesize Poisson arrivals")
     return load_servegen(path, **options)
 
 
