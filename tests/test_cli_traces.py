@@ -76,3 +76,13 @@ def test_key_values() -> None:
     assert parse_key_values("a=1, b=0.5,c=x,") == {"a": 1, "b": 0.5, "c": "x"}
     with pytest.raises(Exception, match="expected KEY=VALUE"):
         parse_key_values("a")
+
+
+def test_loader_options_reach_the_loader(capsys) -> None:
+    sample = str(Path(__file__).parent / "data" / "servegen_trace_c_head.jsonl")
+    code, _, err = run(capsys, "info", sample)
+    assert code == 2 and "pass rate_per_s=" in err and "--trace-option rate_per_s=2.0" in err
+    code, out, _ = run(capsys, "info", sample, "--trace-option", "rate_per_s=2.0,seed=3", "--json")
+    stats = json.loads(out)
+    assert code == 0 and stats["format"] == "servegen" and stats["requests"] == 50
+    assert stats["provenance"]["options"]["rate_per_s"] == 2.0 and stats["provenance"]["options"]["seed"] == 3
