@@ -124,11 +124,11 @@ def _sniff(peek: Peek) -> str | None:
 
 
 def _sniff_file(peek: Peek) -> str | None:
-    if peek.error is not None:
-        return f"{peek.where()}: {peek.error}" if peek.lineno is not None else peek.error
     record = peek.record
     if record is NOT_JSON and (peek.first_line or "").lstrip().startswith("{"):
         record = peek.document  # a pretty-printed document
+    if record is NOT_JSON and peek.error is not None:
+        return f"{peek.where()}: {peek.error}" if peek.lineno is not None else peek.error
     if not isinstance(record, dict):
         what = "not JSON" if record is NOT_JSON else f"a JSON {type(record).__name__}"
         return f"{peek.where()}: {what}, not a JSON object"
@@ -369,6 +369,9 @@ def _merge(path: Path, conversations: list[_Conversation]) -> Trace:
     })
     trace = trusted_trace(frame, block_size, str(path), partial_block_keyed=False, trusted=("arrival_s", "block_keys"),
                           lengths=blocks, csr=(offsets, sorted_keys))
+    if sum(c.scope == "global" for c in conversations) > 1:  # ids shared across files: chained across them too
+        names = [f"{c.path.name} {name}" for c in conversations for name in c.names]
+        check_chained_keys(trace.flat, path, field="hash_ids", noun="id", names=[names[i] for i in order])
     notes = [
         "each conversation starts at its own t=0 (the files hold no wall-clock start); all are merged on that one "
         "clock", "a sub-agent's requests arrive at the sub-agent entry's t plus their own t",
