@@ -21,8 +21,9 @@ from kvlab.traces.load import FORMATS, detect_format, load_trace
 from kvlab.traces.mooncake import MOONCAKE_BLOCK_SIZE, load_mooncake
 from kvlab.traces.rag import rag
 from kvlab.traces.sniff import Peek, TraceFormat
+from kvlab.traces.stats import TraceStats
 from kvlab.traces.synthetic import ChatWorkload, chat_sessions, zipf_objects
-from kvlab.traces.trace import Trace, TraceStats
+from kvlab.traces.trace import Trace
 
 __all__ = [
     "MOONCAKE_BLOCK_SIZE",
