@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvlab.paths import bundled_trace_path
 from kvlab.sim import replay
 from kvlab.traces import TraceFormatError, detect_format, load_trace
 from kvlab.traces.kv_cache_tester import load_kv_cache_tester
@@ -310,15 +311,8 @@ def test_loaded_trace_matches_the_rules_and_survives_parquet(tmp_path_factory: p
 
 
 # -- the real sample: hit ratios against a naive reference ------------------------------------
-SAMPLE = "kv-cache-tester-weka-claude-code-sample"
-
-
-def _sample() -> Path:
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "shared" / "data" / "traces" / SAMPLE
-        if candidate.is_dir():
-            return candidate
-    pytest.skip(f"the real sample ({SAMPLE}) is not on this machine")
+# data/traces/kv-cache-tester: the 19-file sample (shared/data/traces/kv-cache-tester-weka-claude-
+# code-sample), each file gzip-compressed (data/README.md)
 
 
 def _naive_hits(requests: list[tuple[float, list[int], int]], warmup: float) -> tuple[int, int]:
@@ -340,15 +334,16 @@ def _naive_hits(requests: list[tuple[float, list[int], int]], warmup: float) -> 
 
 
 def test_sample_hit_ratios_match_a_naive_reference() -> None:
-    folder = _sample()
+    folder = bundled_trace_path("claude-code")
     per_file = {}
-    for path in sorted(folder.glob("*.json")):
-        doc = json.loads(path.read_text())
+    for path in sorted(folder.glob("*.json.gz")):
+        doc = json.loads(gzip.decompress(path.read_bytes()))
         per_file[path.name] = [(t, [(path.name, i) for i in r["hash_ids"]], r["in"])
                                for t, _, r in _leaves(doc["requests"], 0.0, None)]
+    assert len(per_file) == 19
     pooled = [r for requests in per_file.values() for r in requests]
     naive = {w: _naive_hits(pooled, w) for w in (0.0, 0.5)}
-    trace = load_trace(folder)
+    trace = load_trace("claude-code")
     assert (len(trace), trace.block_size, trace.block_refs, trace.distinct_blocks) == (1367, 64, 2198055, 71625)
     for warmup, (hit, total) in naive.items():
         summary = replay(trace, warmup_fraction=warmup).summary
