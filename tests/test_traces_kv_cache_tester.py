@@ -374,3 +374,11 @@ def test_global_ids_must_be_chained_across_files(tmp_path: Path) -> None:
         load_kv_cache_tester(tmp_path)
     write(tmp_path / "b.json", conv([req(1.0, [3, 2])]))  # local: its own ids
     assert load_kv_cache_tester(tmp_path).frame["block_keys"].to_list() == [[1, 2], [6, 5]]
+
+
+def test_repeated_conversation_ids_are_noted(tmp_path: Path) -> None:
+    for name in ("a.json", "b.json"):
+        write(tmp_path / name, conv(good()))
+    trace = load_kv_cache_tester(tmp_path)
+    assert trace.provenance["notes"][-1] == "conversation ids used by more than one file (their session_id repeats): c"
+    assert trace.frame["block_keys"].to_list() == [[1, 2], [5, 6], [1, 2, 3], [5, 6, 7]]

@@ -244,7 +244,11 @@ def _read_conversation(path: Path, ordinal: int, first: _Conversation | None) ->
     np.cumsum(conv.lengths, out=offsets[1:])
     conv.id_array = _id_array(conv, offsets)
     flat = flatten_csr(offsets, conv.id_array, pl.Series(conv.tokens_in, dtype=pl.UInt32), conv.block_size)
-    check_chained_keys(flat, path, field="hash_ids", noun="id", lines=conv.request_lines(doc), names=conv.names)
+    try:
+        check_chained_keys(flat, path, field="hash_ids", noun="id", names=conv.names)
+    except TraceFormatError:  # again, naming the lines (a walk over a pretty-printed text: only now)
+        check_chained_keys(flat, path, field="hash_ids", noun="id", lines=conv.request_lines(doc), names=conv.names)
+        raise
     conv.text, conv.ids, conv.paths = "", [], []  # what errors needed: not kept for the whole load
     return conv
 
@@ -335,6 +339,11 @@ def _merge(path: Path, conversations: list[_Conversation]) -> Trace:
                       "key_offset": key_offset, "requests": len(conv.arrival)})
         if not conv.scope_given:
             notes.append(f"{conv.path.name}: no hash_id_scope; 'local' assumed")
+    sessions = [c.session for c in conversations]
+    repeated = sorted({s for s in sessions if sessions.count(s) > 1})
+    if repeated:
+        notes.append(f"conversation ids used by more than one file (their session_id repeats): "
+                     f"{', '.join(repeated)}")
     lengths = np.concatenate([np.asarray(c.lengths, dtype=np.int64) for c in conversations])
     arrival = np.concatenate([np.asarray(c.arrival, dtype=np.float64) for c in conversations])
     order = np.argsort(arrival, kind="stable")
