@@ -64,6 +64,8 @@ BAD = [
     ("ids not a list", [req(0.0, [1], hash_ids=7)], "field 'requests[0].hash_ids' must be a list, got int"),
     ("float id", [req(0.0, [1, 2.5])], "field 'requests[0].hash_ids[1]' must be an integer in [0, 2**64), got 2.5"),
     ("string id", [req(0.0, ["a", 1])], "field 'requests[0].hash_ids[0]' must be an integer in [0, 2**64), got 'a'"),
+    ("bool id among ints", [req(0.0, [1, True])],
+     "field 'requests[0].hash_ids[1]' must be an integer in [0, 2**64), got True"),
     ("negative id", [req(0.0, [1]), req(1.0, [1, -3])],
      "field 'requests[1].hash_ids[1]' must be an integer in [0, 2**64), got -3"),
     ("too few ids", [req(0.0, [1]), req(1.0, [1], **{"in": 3 * BS})],
@@ -183,7 +185,7 @@ def test_folder_block_sizes_must_agree_and_files_are_found(tmp_path: Path) -> No
 
 def test_subagent_requests_are_placed_at_absolute_times(tmp_path: Path) -> None:
     requests = [req(0.0, [1, 2]),
-                {"t": 10.0, "type": "subagent", "agent_id": "agent_001", "subagent_type": "Explore",
+                {"t": 10.0, "type": "subagent", "agent_id": "agent_001", "subagent_type": "Explore", "done": True,
                  "requests": [req(0.0, [5], type="s"), req(9.0, [5, 6])]},
                 req(12.0, [1, 2, 3]), req(19.0, [1, 2, 3, 4])]
     trace = load_kv_cache_tester(write(tmp_path / "t.json", conv(requests)))

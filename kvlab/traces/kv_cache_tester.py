@@ -308,15 +308,17 @@ def _walk(conv: _Conversation, requests: object, where: tuple[PathPart, ...], st
 
 
 def _id_array(conv: _Conversation, offsets: np.ndarray) -> np.ndarray:
-    """The conversation's hash ids as ``uint64`` (one conversion, no per-id Python unless one is
-    bad: then the first bad id is named)."""
+    """The conversation's hash ids as ``uint64``: one conversion, no per-id Python unless an id
+    may be bad (not all integers, a negative, or a JSON ``true`` / ``false`` in the file, which
+    numpy would read as 1 / 0): then every id is checked and the first bad one named."""
     ids = np.array(conv.ids) if conv.ids else np.zeros(0, dtype=np.uint64)
-    if ids.dtype.kind == "u" or (ids.dtype.kind == "i" and (ids.size == 0 or ids.min() >= 0)):
+    integers = ids.dtype.kind == "u" or (ids.dtype.kind == "i" and (ids.size == 0 or ids.min() >= 0))
+    if integers and "true" not in conv.text and "false" not in conv.text:  # numpy reads true as 1: no JSON bools
         return ids.astype(np.uint64, copy=False)
-    for r in range(len(conv.lengths)):  # name the first bad id (error path only)
+    for r in range(len(conv.lengths)):  # name the first bad id (per id: only when one may be bad)
         for k, value in enumerate(conv.ids[offsets[r]:offsets[r + 1]]):
             conv.check((*conv.paths[r], "hash_ids", k), check_int, value, low=0, high=U64_MAX)
-    raise AssertionError("unreachable: a non-integer or negative id is named above")
+    return ids.astype(np.uint64, copy=False)
 
 
 def _merge(path: Path, conversations: list[_Conversation]) -> Trace:
