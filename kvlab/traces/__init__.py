@@ -1,25 +1,28 @@
-"""Traces: real workloads (Mooncake) and seeded synthetic ones, as a :class:`Trace`.
+"""Traces: real workloads (Mooncake, Claude Code, RAGPulse, Azure, Bailian …) and seeded synthetic
+ones, as a :class:`Trace`.
 
-=========================  ======================================================
-name                       what
-=========================  ======================================================
-:class:`Trace`             polars frame (one row per request) + block size + source
-:meth:`Trace.from_arrays`  a trace from numpy arrays (object ids, or CSR block keys)
-:func:`load_trace`         open any supported file or folder (dispatch on content)
-:data:`FORMATS`            the formats it knows (:class:`TraceFormat`), in detection order
-:func:`load_mooncake`      Mooncake FAST'25 JSONL (512-token chained hash ids)
-:func:`load_bailian`       Alibaba Bailian / Qwen JSONL (16-token per-block ids, re-chained)
-:func:`load_servegen`      ServeGen offline batch JSONL (arrivals synthesized at a rate)
-:func:`chat_sessions`      shared system prompt + multi-turn chat sessions
-:func:`zipf_objects`       one-object requests from a bounded Zipf distribution
-:func:`rag`                Opal's RAG workload: system prompt + k reused documents
-:class:`FlatTrace`         CSR form for the kernels (offsets + dense block ids)
-=========================  ======================================================
+==============================  ======================================================
+name                            what
+==============================  ======================================================
+:class:`Trace`                  polars frame (one row per request) + block size + source
+:meth:`Trace.from_arrays`       a trace from numpy arrays (object ids, or CSR block keys)
+:func:`load_trace`              open any supported file or folder (dispatch on content)
+:data:`FORMATS`                 the formats it knows (:class:`TraceFormat`), in detection order
+:func:`load_mooncake`           Mooncake FAST'25 JSONL (512-token chained hash ids)
+:func:`load_kv_cache_tester`    kv-cache-tester / WEKA Claude Code JSON (file or folder, 64-token local ids)
+:func:`load_bailian`            Alibaba Bailian / Qwen JSONL (16-token per-block ids, re-chained)
+:func:`load_servegen`           ServeGen offline batch JSONL (arrivals synthesized at a rate)
+:func:`chat_sessions`           shared system prompt + multi-turn chat sessions
+:func:`zipf_objects`            one-object requests from a bounded Zipf distribution
+:func:`rag`                     Opal's RAG workload: system prompt + k reused documents
+:class:`FlatTrace`              CSR form for the kernels (offsets + dense block ids)
+==============================  ======================================================
 """
 
 from kvlab.traces.bailian import load_bailian
 from kvlab.traces.errors import TraceFormatError
 from kvlab.traces.flat import FlatTrace
+from kvlab.traces.kv_cache_tester import load_kv_cache_tester
 from kvlab.traces.load import FORMATS, detect_format, load_trace
 from kvlab.traces.mooncake import MOONCAKE_BLOCK_SIZE, load_mooncake
 from kvlab.traces.rag import rag
@@ -42,6 +45,7 @@ __all__ = [
     "chat_sessions",
     "detect_format",
     "load_bailian",
+    "load_kv_cache_tester",
     "load_mooncake",
     "load_servegen",
     "load_trace",
