@@ -85,7 +85,8 @@ def test_malformed_trace_reports_file_and_line(capsys, tmp_path: Path) -> None:
 def test_missing_trace(capsys) -> None:
     code, _, err = run(capsys, "info", "no-such-trace")
     assert code == 2
-    assert err == "kvlab: error: no trace file at no-such-trace (bundled traces: conversation, synthetic)\n"
+    assert err == ("kvlab: error: no trace file at no-such-trace "
+                   "(bundled traces: azure-conv, claude-code, conversation, ragpulse, splitwise-conv, synthetic)\n")
 
 
 @pytest.mark.parametrize(("argv", "message"), [

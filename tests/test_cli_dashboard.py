@@ -104,7 +104,8 @@ def test_check_listen_refuses_a_port_in_use_and_a_foreign_address() -> None:
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["nope.jsonl"], "kvlab: error: no trace file at nope.jsonl (bundled traces: conversation, synthetic)"),
+    (["nope.jsonl"], "kvlab: error: no trace file at nope.jsonl "
+     "(bundled traces: azure-conv, claude-code, conversation, ragpulse, splitwise-conv, synthetic)"),
     (["bad.jsonl"], "kvlab: error: bad.jsonl:2: missing field"),
     (["synthetic", "--ip", "no.such.host.invalid"], "kvlab: error: --ip no.such.host.invalid: not an address"),
 ])

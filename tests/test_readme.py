@@ -41,7 +41,7 @@ def test_quickstart_prints_the_trace_and_the_headline_numbers(readme_run) -> Non
     blocks = [block for block, _ in printed]
     assert len(blocks[0].strip().splitlines()) <= 12  # the first example stays short
     out = output_of(printed, "kvlab.replay(trace, capacity_blocks=10_000)")
-    assert re.fullmatch(r"requests +12,031", out[2]) and re.fullmatch(r"distinct blocks +182,790", out[8])
+    assert re.fullmatch(r"requests +12,031", out[3]) and re.fullmatch(r"distinct blocks +182,790", out[10])
     assert "block hits   61,046 / 288,500 = 0.2116" in out and "token hits   31,238,981 / 144,793,823 = 0.2157" in out
     assert namespace["curve"].height == 4
     assert namespace["panel"].result.summary.hit_blocks == 61_046  # the panel replays the same 10,000 blocks

@@ -284,3 +284,20 @@ def test_a_byte_order_mark_and_capital_suffixes_are_accepted(tmp_path: Path, syn
     upper = tmp_path / "S.PARQUET"
     synthetic.write_parquet(upper)
     assert load_trace(upper).frame.equals(synthetic.frame)
+
+
+@pytest.mark.parametrize(("name", "variant"), [
+    ("toolagent_trace.jsonl", "FAST'25 tool&agent trace"),
+    ("mooncake_trace.jsonl.gz", "arXiv 2407.00079 trace (FAST25-release/arxiv-trace)"),
+    ("Conversation_Trace.JSONL", "FAST'25 conversation trace"),
+    ("my_trace.jsonl", None),
+])
+def test_the_published_mooncake_files_are_recognised_by_name(tmp_path: Path, name: str, variant: str | None) -> None:
+    import gzip
+
+    path = tmp_path / name
+    text = record() + "\n"
+    path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    trace = load_trace(path)
+    assert trace.provenance["format"] == "mooncake" and trace.provenance.get("variant") == variant
+    assert trace.describe().format == (f"mooncake ({variant})" if variant else "mooncake")

@@ -89,6 +89,12 @@ def test_bad_parameters_are_named(name: str, value: object) -> None:
         synthesize_prefix(counts_trace([40]), **kwargs)
 
 
+def test_defaults_are_echoed() -> None:
+    s = synthesize_prefix(counts_trace([600, 600]))
+    assert s.source.endswith("synthesize_prefix(shared_prefix_tokens=512, num_prefixes=100, zipf_alpha=1.0, seed=0, "
+                             "block_size=16)")
+
+
 def test_not_a_trace_and_a_model_too_large() -> None:
     with pytest.raises(ValueError, match="trace must be a kvlab Trace"):
         synthesize_prefix("t.csv", shared_prefix_tokens=4, num_prefixes=1)

@@ -1,12 +1,12 @@
-"""The ``kvlab`` command: ``kvlab info``, ``replay``, ``sweep``, ``simulate``, ``figures``, ``demo``, ``events``,
-``dashboard``, ``warmup``.
+"""The ``kvlab`` command: ``kvlab info``, ``convert``, ``formats``, ``replay``, ``sweep``, ``simulate``,
+``figures``, ``demo``, ``events``, ``dashboard``, ``warmup``.
 
-TRACE arguments are a file path, the name of a bundled trace (``conversation``,
-``synthetic``) when no such file exists (see :func:`kvlab.traces.load_trace`), or ``-`` for
-a trace piped to stdin. Errors in the input go to stderr as ``kvlab: error: ...`` with exit
-status 2; an output folder (``--out``) is created and checked writable before any work. A
-stdout closed before the output is written (``kvlab ... | head``) ends the command quietly
-with status 141, as SIGPIPE would.
+TRACE arguments are a file or folder in any format :func:`kvlab.traces.load_trace` reads
+(``kvlab formats`` lists them), the name of a bundled trace (``conversation``, ``synthetic``)
+when no such file exists, or ``-`` for a trace piped to stdin (:mod:`kvlab.cli.traces`). Errors in
+the input go to stderr as ``kvlab: error: ...`` with exit status 2; an output folder (``--out``)
+is created and checked writable before any work. A stdout closed before the output is written
+(``kvlab ... | head``) ends the command quietly with status 141, as SIGPIPE would.
 """
 
 from __future__ import annotations
@@ -17,9 +17,17 @@ import sys
 from pathlib import Path
 
 from kvlab import __version__
-from kvlab.cli.files import EXIT_BROKEN_PIPE, load_trace_argument, prepare_out, silence_stdout
+from kvlab.cli.files import EXIT_BROKEN_PIPE, prepare_out, silence_stdout
+from kvlab.cli.traces import (
+    add_info_and_convert_parsers,
+    add_trace_arguments,
+    cmd_convert,
+    cmd_info,
+    formats_table,
+    load_trace_from_args,
+    positive_int,
+)
 from kvlab.core.semantics import TOUCH_ORDERS
-from kvlab.paths import BUNDLED_TRACES
 from kvlab.policies import POLICIES
 from kvlab.tiers.store import WRITE_POLICIES
 
@@ -106,16 +114,6 @@ def parse_tier(text: str) -> tuple[str, int | None, str | None]:
     return name.strip(), _capacity(capacity.strip()), None if policy == "none" else policy
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
 def _out_dir(text: str) -> Path:
     path = Path(text)
     if not text:
@@ -128,13 +126,6 @@ def _out_dir(text: str) -> Path:
     return path
 
 
-def _add_trace_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trace", help="trace file (Mooncake .jsonl[.gz] or kvlab .parquet), a bundled name ("
-                                      + ", ".join(sorted(BUNDLED_TRACES)) + "), or - to read it from stdin")
-    parser.add_argument("--block-size", type=_positive_int, default=None, metavar="TOKENS",
-                        help="tokens per block id, for formats that do not record it (Mooncake default 512)")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``kvlab`` command."""
     parser = argparse.ArgumentParser(prog="kvlab", description="KV-cache lab: replay LLM-serving traces "
@@ -142,12 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kvlab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    info = sub.add_parser("info", help="print a trace's statistics")
-    _add_trace_arguments(info)
-    info.add_argument("--json", action="store_true", help="print one JSON object")
-
+    add_info_and_convert_parsers(sub)
     rep = sub.add_parser("replay", help="replay a trace through a prefix cache")
-    _add_trace_arguments(rep)
+    add_trace_arguments(rep)
     rep.add_argument("--policy", default=None, choices=sorted(POLICIES), help="eviction policy (default lru)")
     rep.add_argument("--capacity-blocks", type=_capacity, default=None, metavar="N",
                      help="cache capacity in blocks, or 'unbounded' (default)")
@@ -163,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="vLLM free-queue order, with --mode vllm or omlx only (default current)")
     rep.add_argument("--ssd-capacity-blocks", type=_capacity, default=argparse.SUPPRESS, metavar="N",
                      help="--mode omlx: oMLX's paged-SSD-only mode with an SSD store of N blocks (or 'unbounded')")
-    rep.add_argument("--window-requests", type=_positive_int, default=None, metavar="N",
+    rep.add_argument("--window-requests", type=positive_int, default=None, metavar="N",
                      help="window of the rolling hit ratio in the timeline (default 1000)")
     rep.add_argument("--tier", type=parse_tier, action="append", metavar="NAME=CAPACITY_BLOCKS[:POLICY]",
                      help="a storage tier, fastest first (repeat: --tier GPU=2000 --tier CPU=8000:s3fifo); "
@@ -177,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "(with --tier: requests.parquet, tier_counters.csv, summary.json)")
 
     swp = sub.add_parser("sweep", help="hit ratio of several policies over a grid of capacities")
-    _add_trace_arguments(swp)
+    add_trace_arguments(swp)
     swp.add_argument("--policies", default="lru", metavar="P1,P2",
                      help="comma-separated policy names (default lru); known: " + ", ".join(sorted(POLICIES)))
     swp.add_argument("--capacities", type=parse_capacities, default=parse_capacities("1000:100000:8"),
@@ -228,12 +216,6 @@ def summary_json(summary: object, indent: int | None = None) -> str:
     from kvlab.core.result import to_jsonable
 
     return json.dumps(to_jsonable(summary), indent=indent)
-
-
-def cmd_info(args: argparse.Namespace) -> None:
-    """``kvlab info TRACE``."""
-    stats = load_trace_argument(args.trace, block_size=args.block_size).describe()
-    print(json.dumps(stats.to_dict()) if args.json else stats)
 
 
 def check_replay_options(args: argparse.Namespace) -> None:
@@ -290,7 +272,7 @@ def cmd_replay(args: argparse.Namespace) -> None:
 
     check_replay_options(args)
     prepare_out(args.out)
-    trace = load_trace_argument(args.trace, block_size=args.block_size)
+    trace = load_trace_from_args(args)
     if args.tier:
         cmd_replay_tiered(args, trace)
         return
@@ -326,7 +308,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     from kvlab.sim import sweep
 
     prepare_out(args.out)
-    trace = load_trace_argument(args.trace, block_size=args.block_size)
+    trace = load_trace_from_args(args)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     executor = args.scheduler or ("serial" if args.serial else None)
     try:
@@ -381,6 +363,10 @@ def run_command(argv: list[str] | None = None) -> int:
     try:
         if args.command == "info":
             cmd_info(args)
+        elif args.command == "formats":
+            print(formats_table())
+        elif args.command == "convert":
+            cmd_convert(args)
         elif args.command == "replay":
             cmd_replay(args)
         elif args.command == "sweep":

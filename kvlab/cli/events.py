@@ -44,8 +44,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvlab.cli import _positive_int
 from kvlab.cli.files import STDIN_NAME, input_path
+from kvlab.cli.traces import positive_int
 from kvlab.events import (
     LAYOUTS,
     EventDecodeError,
@@ -134,7 +134,7 @@ def add_events_parser(sub: argparse._SubParsersAction) -> None:
     replay.add_argument("--flush", action="store_true",
                         help="with a Redis backend and a non-empty --namespace: delete the namespace's index keys "
                              "before replaying, so a second replay does not merge with the first")
-    replay.add_argument("--block-size", type=_positive_int, default=16, metavar="TOKENS",
+    replay.add_argument("--block-size", type=positive_int, default=16, metavar="TOKENS",
                         help="llm-d's canonical block size: tokens per request key (default 16)")
     replay.add_argument("--initial-seq", type=_seq, default=None, metavar="N",
                         help="the seq each publisher starts from (a higher first seq is a gap); default: its "

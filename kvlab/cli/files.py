@@ -100,14 +100,15 @@ def input_path(path: Path, argument: str, example: str) -> Iterator[Path]:
         yield saved
 
 
-def load_trace_argument(text: str, block_size: int | None = None, stdin: BinaryIO | None = None) -> Trace:
+def load_trace_argument(text: str, block_size: int | None = None, stdin: BinaryIO | None = None, *,
+                        format: str | None = None, **options: object) -> Trace:  # noqa: A002
     """The trace a ``TRACE`` argument names (:func:`kvlab.traces.load_trace`), or for ``-`` the
     trace on standard input (any format ``load_trace`` reads, gzip and Parquet included; its
     ``source`` and errors say ``<stdin>``).
 
     Args:
         text: a path, a bundled trace name, or ``-``.
-        block_size: as :func:`~kvlab.traces.load_trace`.
+        block_size, format, options: as :func:`~kvlab.traces.load_trace`.
         stdin: the binary stream ``-`` reads (default ``sys.stdin.buffer``).
 
     Raises:
@@ -118,9 +119,9 @@ def load_trace_argument(text: str, block_size: int | None = None, stdin: BinaryI
     from kvlab.traces import load_trace
 
     if text != STDIN:
-        return load_trace(text, block_size=block_size)
+        return load_trace(text, block_size=block_size, format=format, **options)
     with stdin_as_file("TRACE", "zcat trace.jsonl.gz | kvlab info -", stdin) as path:
-        trace = load_trace(path, block_size=block_size)
+        trace = load_trace(path, block_size=block_size, format=format, **options)
     source = STDIN_NAME if trace.source == str(path) else trace.source
     return replace(trace, source=source)
 

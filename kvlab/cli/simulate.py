@@ -94,12 +94,13 @@ def _integer(text: str) -> int:
 
 def add_simulate_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``kvlab simulate`` on the ``kvlab`` subcommand set ``sub``."""
-    from kvlab.cli import _add_trace_arguments, _out_dir
+    from kvlab.cli import _out_dir
+    from kvlab.cli.traces import add_trace_arguments
 
     sim = sub.add_parser("simulate", help="a trace through a timed cluster of vLLM workers: TTFT, TBT, goodput",
                          description="Timed cluster simulation (kvlab.sim.cluster). Options not given take the "
                                      "--config file's value, else ClusterConfig's default.")
-    _add_trace_arguments(sim)
+    add_trace_arguments(sim)
     sim.add_argument("--config", type=Path, metavar="cluster.toml",
                      help="a TOML file of ClusterConfig fields ([[tiers]] tables: name, capacity_blocks, device, "
                           "policy); the options below replace its values")
@@ -237,7 +238,8 @@ def run_simulate(args: argparse.Namespace) -> None:
         FileNotFoundError: no such trace or config file.
     """
     from kvlab.cli import summary_json
-    from kvlab.cli.files import load_trace_argument, prepare_out
+    from kvlab.cli.files import prepare_out
+    from kvlab.cli.traces import load_trace_from_args
     from kvlab.core.validate import check_positive, check_real
     from kvlab.sim.cluster import simulate
 
@@ -248,7 +250,7 @@ def run_simulate(args: argparse.Namespace) -> None:
         check_real("--rate", args.rate, low=0.0, low_open=True)
     check_real("--time-scale", args.time_scale, low=0.0, low_open=True)
     prepare_out(args.out)
-    trace = load_trace_argument(args.trace, block_size=args.block_size)
+    trace = load_trace_from_args(args)
     if args.requests is not None:
         trace = trace.head(args.requests)
     result = simulate(trace, config, time_scale=args.time_scale, rate=args.rate, progress=True)

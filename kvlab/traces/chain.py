@@ -3,6 +3,7 @@ position (docs/DESIGN.md "Data model": equal key ⇒ equal whole prefix)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from kvlab.traces.flat import FlatTrace, intern_first_seen
 
 
 def check_chained_keys(flat: FlatTrace, path: str | Path, *, field: str = "block_keys", noun: str = "key",
-                       lines: object = None) -> None:
+                       lines: object = None, names: Sequence[str] | None = None) -> None:
     """Raise at the first block reference whose key was seen before with another parent key or
     at another position (a key repeated inside one request is one such case).
 
@@ -28,6 +29,9 @@ def check_chained_keys(flat: FlatTrace, path: str | Path, *, field: str = "block
         noun: what the error calls one key (``key``, Mooncake's ``id``).
         lines: ``int[num_requests]``, the 1-based line of each request in the file (text
             formats: the error names the lines); ``None`` names 0-based rows instead.
+        names: what the file calls each request (``requests[17]`` in a one-document JSON
+            file), named instead of the row, before ``field`` (``requests[17].hash_ids[3]``);
+            ``None``: rows (or lines) only.
 
     Raises:
         TraceFormatError: naming the file, the row (or line) of the offending reference,
@@ -58,12 +62,15 @@ at position 1 in row 0: the keys are not prefix-chained
         return "nothing (first block)" if parent_id < 0 else f"{noun} {int(flat.keys[parent_id])}"
 
     (position, parent), (position0, parent0) = position_and_parent(ref, row), position_and_parent(ref0, row0)
-    here = (f"{field}[{position}]={int(flat.keys[ids[ref]])} follows {after(parent)} here but "
+    named = "" if names is None else f"{names[row]}."
+    here = (f"{named}{field}[{position}]={int(flat.keys[ids[ref]])} follows {after(parent)} here but "
             f"{after(parent0)} at position {position0}")
     if lines is None:
-        raise TraceFormatError(path, None, f"row {row}: {here} in row {row0}: the {noun}s are not prefix-chained")
+        where, where0 = (f"row {row}: ", f"row {row0}") if names is None else ("", names[row0])
+        raise TraceFormatError(path, None, f"{where}{here} in {where0}: the {noun}s are not prefix-chained")
     lines = np.asarray(lines)
-    raise TraceFormatError(path, int(lines[row]), f"{here} on line {int(lines[row0])}: the {noun}s are not "
+    where0 = "" if names is None else f" in {names[row0]}"
+    raise TraceFormatError(path, int(lines[row]), f"{here}{where0} on line {int(lines[row0])}: the {noun}s are not "
                                                   f"prefix-chained")
 
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvlab.paths import BUNDLED_TRACES, bundled_trace_path
+from kvlab.traces.bailian import BAILIAN_FORMAT
 from kvlab.traces.errors import TraceFormatError
+from kvlab.traces.kv_cache_tester import KV_CACHE_TESTER_FORMAT
 from kvlab.traces.mooncake import MOONCAKE_FORMAT
+from kvlab.traces.servegen import SERVEGEN_FORMAT
 from kvlab.traces.sniff import Peek, TraceFormat, provenance, stamp
 from kvlab.traces.token_counts import AZURE_LLM_FORMAT, VIDUR_FORMAT
 from kvlab.traces.trace import Trace, read_trace_parquet
@@ -36,6 +39,9 @@ PARQUET_FORMAT = TraceFormat("parquet", "kvlab Parquet (written by Trace.write_p
 #: Every format :func:`load_trace` knows, by name, in the order they are tried (specific first).
 FORMATS: dict[str, TraceFormat] = {f.name: f for f in (
     PARQUET_FORMAT,
+    KV_CACHE_TESTER_FORMAT,
+    BAILIAN_FORMAT,
+    SERVEGEN_FORMAT,
     MOONCAKE_FORMAT,
     AZURE_LLM_FORMAT, VIDUR_FORMAT,
 )}

@@ -111,8 +111,8 @@ class TraceFormat:
 
     Example:
         >>> from kvlab.traces import FORMATS
-        >>> FORMATS["mooncake"].sniff(Peek(Path("x.jsonl"), lineno=1, record={"input_length": 3}))
-        "line 1: field 'timestamp': missing"
+        >>> FORMATS["mooncake"].sniff(Peek(Path("x.jsonl"), lineno=1, record={"requests": []}))
+        "line 1: field 'timestamp': missing (no Mooncake field in ['requests'])"
     """
 
     name: str

@@ -33,8 +33,8 @@ MODEL = ("synthetic sharing model (kvlab.traces.synthesize_prefix): each request
 _UNIQUE = np.uint64(1 << 63)
 
 
-def synthesize_prefix(trace: Trace, *, shared_prefix_tokens: int, num_prefixes: int, zipf_alpha: float = 1.0,
-                      seed: int = 0, block_size: int | None = None) -> Trace:
+def synthesize_prefix(trace: Trace, *, shared_prefix_tokens: int = 512, num_prefixes: int = 100,
+                      zipf_alpha: float = 1.0, seed: int = 0, block_size: int | None = None) -> Trace:
     """``trace``'s requests (arrivals, lengths, ids, other columns but ``token_ids``, which the
     model would contradict) with block keys from the synthetic sharing model of this module's
     docstring, and block identity.
@@ -42,7 +42,9 @@ def synthesize_prefix(trace: Trace, *, shared_prefix_tokens: int, num_prefixes: 
     Args:
         trace: any trace (its block keys are replaced; typically one without block identity).
         shared_prefix_tokens: tokens of a request's prompt taken from its shared prefix (≥ 1;
-            shorter prompts are all prefix).
+            shorter prompts are all prefix). The defaults (what ``--synthesize-prefix`` with no
+            parameters runs: 512 tokens, 100 prefixes, Zipf 1.0, seed 0) are illustrative, fitted
+            to no service; the source names the values that ran.
         num_prefixes: how many distinct shared prefixes (≥ 1).
         zipf_alpha: Zipf exponent of the prefixes' popularity (≥ 0; 0 = uniform).
         seed: the draws' seed (``numpy.random.default_rng(seed)``; an int ≥ 0).

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -16,53 +17,11 @@ from kvlab.hashing.base import BlockHasher
 from kvlab.traces.flat import FlatTrace, flatten_block_keys, flatten_csr
 from kvlab.traces.frame_checks import canonical_frame
 
+if TYPE_CHECKING:
+    from kvlab.traces.stats import TraceStats
+
 _PARQUET_KEYS = ("kvlab.block_size", "kvlab.source", "kvlab.partial_block_keyed", "kvlab.block_identity",
                  "kvlab.provenance")
-
-
-@dataclass(frozen=True)
-class TraceStats:
-    """Summary statistics of a :class:`Trace` (see :meth:`Trace.describe`).
-
-    Token counts are in tokens, times in seconds, block counts in blocks.
-    """
-
-    source: str
-    block_size: int
-    requests: int
-    time_span_s: float
-    input_tokens_min: int
-    input_tokens_mean: float
-    input_tokens_max: int
-    output_tokens_min: int
-    output_tokens_mean: float
-    output_tokens_max: int
-    input_tokens_total: int
-    block_refs: int
-    distinct_blocks: int
-    max_blocks_per_request: int
-
-    def to_dict(self) -> dict[str, object]:
-        """The statistics as a plain ``dict`` (JSON-serialisable)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    def __str__(self) -> str:
-        rows = [
-            ("source", self.source),
-            ("block size", f"{self.block_size} tokens"),
-            ("requests", f"{self.requests:,}"),
-            ("time span", f"{self.time_span_s:,.3f} s"),
-            ("input tokens min/mean/max",
-             f"{self.input_tokens_min:,} / {self.input_tokens_mean:,.1f} / {self.input_tokens_max:,}"),
-            ("output tokens min/mean/max",
-             f"{self.output_tokens_min:,} / {self.output_tokens_mean:,.1f} / {self.output_tokens_max:,}"),
-            ("input tokens total", f"{self.input_tokens_total:,}"),
-            ("block refs", f"{self.block_refs:,}"),
-            ("distinct blocks", f"{self.distinct_blocks:,}"),
-            ("max blocks per request", f"{self.max_blocks_per_request:,}"),
-        ]
-        width = max(len(k) for k, _ in rows)
-        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
 @dataclass(frozen=True, eq=False)
@@ -222,31 +181,12 @@ class Trace:
         return rechunk(self, k)
 
     def describe(self) -> TraceStats:
-        """Rows, time span, input/output min/mean/max, block refs and distinct blocks.
+        """Rows, time span, input/output min/mean/max, block refs, distinct and reused blocks,
+        sessions, and the format it was read from (:class:`~kvlab.traces.stats.TraceStats`;
+        ``str()`` gives a readable table)."""
+        from kvlab.traces.stats import describe
 
-        Returns:
-            A :class:`TraceStats` (``str()`` gives a readable table).
-        """
-        f = self.frame
-
-        def stat(col: str, how: str) -> float:
-            return getattr(f[col], how)()
-
-        span = float(f["arrival_s"].max() - f["arrival_s"].min())
-        blocks = self.flat.blocks_per_request()
-        return TraceStats(
-            source=self.source, block_size=self.block_size, requests=f.height,
-            time_span_s=span,
-            input_tokens_min=int(stat("input_tokens", "min")),
-            input_tokens_mean=float(stat("input_tokens", "mean")),
-            input_tokens_max=int(stat("input_tokens", "max")),
-            output_tokens_min=int(stat("output_tokens", "min")),
-            output_tokens_mean=float(stat("output_tokens", "mean")),
-            output_tokens_max=int(stat("output_tokens", "max")),
-            input_tokens_total=int(f["input_tokens"].cast(pl.UInt64).sum()),
-            block_refs=self.block_refs, distinct_blocks=self.distinct_blocks,
-            max_blocks_per_request=int(blocks.max()),
-        )
+        return describe(self)
 
     def check_chained(self) -> pl.DataFrame:
         """Find block keys that break prefix chaining.

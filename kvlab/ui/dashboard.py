@@ -1,9 +1,9 @@
 """The workshop dashboard: one page with a trace picker over the replay panel, the design
 explorer and the cluster panel (what ``kvlab dashboard`` serves on Voilà).
 
-The picker offers the bundled Mooncake traces (:data:`kvlab.paths.BUNDLED_TRACES`), the trace
+The picker offers the bundled traces with block keys (:data:`kvlab.paths.BUNDLED_TRACES`), the trace
 the dashboard was started with, and files uploaded from the browser (any format
-:func:`kvlab.traces.load_trace` reads: Mooncake JSONL, ``.gz``, kvlab Parquet). A file the loader
+:func:`kvlab.traces.load_trace` reads, detected from the content). A file the loader
 refuses shows its error (file name and line) on the page; the trace on display stays. The
 panels are built for a trace when their tab is first shown, so switching traces costs one
 panel, not three. While a trace loads, a panel is built or a replay / simulation runs, a
@@ -23,7 +23,7 @@ import ipywidgets as widgets
 
 from kvlab.core.result import RunResult
 from kvlab.core.validate import check_positive
-from kvlab.paths import BUNDLED_TRACES
+from kvlab.paths import BUNDLED_TRACES, TOKEN_COUNT_TRACES
 from kvlab.sim.cluster.mooncake_figures import MooncakeSetup
 from kvlab.tiers.result import TieredReplayResult
 from kvlab.traces import Trace, load_trace
@@ -43,7 +43,7 @@ TABS: tuple[tuple[str, str, str], ...] = (
 #: Requests at the head of the trace the cluster panel simulates (a run takes seconds).
 CLUSTER_REQUESTS = 300
 #: File types the upload button offers (load_trace reads them all).
-UPLOAD_ACCEPT = ".jsonl,.json,.gz,.parquet"
+UPLOAD_ACCEPT = ".jsonl,.json,.csv,.gz,.parquet"
 
 
 class Progress:
@@ -183,8 +183,10 @@ class Dashboard:
         self._panels: dict[str, object] = {}
         self._uploads = 0
         self._upload_dir: tempfile.TemporaryDirectory | None = None
-        options = [(f"{name} (bundled)", name) for name in sorted(BUNDLED_TRACES)]
-        for name in sorted(BUNDLED_TRACES):
+        # the panels replay caches: bundled traces with token counts only are not offered
+        names = [name for name in BUNDLED_TRACES if name not in TOKEN_COUNT_TRACES]
+        options = [(f"{name} (bundled)", name) for name in names]
+        for name in names:
             self._sources[name] = lambda name=name: load_trace(name)
         first = self._add_start(trace, options)
         self.picker = widgets.Dropdown(options=options, value=first, description="trace",
