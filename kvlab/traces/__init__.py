@@ -14,6 +14,7 @@ name                            what
 :func:`load_servegen`           ServeGen offline batch JSONL (arrivals synthesized at a rate)
 :func:`load_azure_llm`          Azure LLM inference CSV (token counts only: no block identity)
 :func:`load_vidur`              Vidur processed trace CSV (token counts only: no block identity)
+:func:`load_ragpulse`           RAGPulse folder (segment ids chained into block keys, segment lists kept)
 :func:`chat_sessions`           shared system prompt + multi-turn chat sessions
 :func:`zipf_objects`            one-object requests from a bounded Zipf distribution
 :func:`synthesize_prefix`       a stated synthetic prefix-sharing model for token-count traces
@@ -29,6 +30,7 @@ from kvlab.traces.kv_cache_tester import load_kv_cache_tester
 from kvlab.traces.load import FORMATS, detect_format, load_trace
 from kvlab.traces.mooncake import MOONCAKE_BLOCK_SIZE, load_mooncake
 from kvlab.traces.rag import rag
+from kvlab.traces.ragpulse import load_ragpulse
 from kvlab.traces.servegen import load_servegen
 from kvlab.traces.sniff import Peek, TraceFormat
 from kvlab.traces.stats import TraceStats
@@ -53,6 +55,7 @@ __all__ = [
     "load_bailian",
     "load_kv_cache_tester",
     "load_mooncake",
+    "load_ragpulse",
     "load_servegen",
     "load_vidur",
     "load_trace",

@@ -162,3 +162,84 @@ def _rechain(offsets: np.ndarray, dense: np.ndarray) -> np.ndarray:
             parent = slot_id[s]
             out[ref] = parent
     return out
+
+
+def segment_block_keys(offsets: np.ndarray, segment_ids: np.ndarray, segment_tokens: np.ndarray,
+                       input_tokens: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Prefix-semantics block keys for prompts made of variable-length segments (RAGPulse).
+
+    Request ``r``'s prompt is its segments ``offsets[r]:offsets[r + 1]`` in order, then
+    ``input_tokens[r] - sum(their tokens)`` tail tokens (a template) unique to the request. The
+    segments are chained (:func:`rechain`: one key per distinct sequence of segments), and the key
+    of each ``block_size``-token block (the last one partial) is the exact interning of (the chained
+    key of the segment holding the block's last token, that token's offset in the segment): equal
+    block keys ⇔ the same segments in the same order up to that token, so a prefix hit means the
+    same segments in the same order. Blocks whose last token is a tail token are never shared.
+    Keys are numbered ``0, 1, …`` in order of first appearance.
+
+    Args:
+        offsets: ``int64[num_requests + 1]`` CSR row pointers into the segment arrays.
+        segment_ids: ``uint64[num_segments]`` segment ids (equal id ⇔ equal tokens).
+        segment_tokens: ``int[num_segments]`` tokens of each segment (≥ 0).
+        input_tokens: ``int[num_requests]`` prompt tokens, ≥ the request's segment tokens.
+        block_size: tokens per block (≥ 1).
+
+    Returns:
+        ``(block_offsets, block_keys)``: ``int64[num_requests + 1]`` and ``uint64[num_blocks]``,
+        ``ceil(input_tokens / block_size)`` keys per request.
+
+    Raises:
+        ValueError: bad offsets, lengths that differ, or a prompt shorter than its segments.
+
+    Example:
+        >>> off = np.array([0, 2, 4])  # 16-token blocks over segments of 20 and 12 tokens + 2 tail
+        >>> _, keys = segment_block_keys(off, np.array([5, 6, 5, 7], dtype=np.uint64), np.array([20, 12, 20, 12]),
+        ...                              np.array([34, 34]), 16)
+        >>> keys.tolist()  # block 0 shared (segment 5 only); block 1 ends in 6 vs 7; tails unique
+        [0, 1, 2, 0, 3, 4]
+    """
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    seg_ids = np.ascontiguousarray(segment_ids, dtype=np.uint64)
+    seg_tok = np.ascontiguousarray(segment_tokens, dtype=np.int64)
+    inputs = np.ascontiguousarray(input_tokens, dtype=np.int64)
+    n = inputs.shape[0]
+    if offsets.shape != (n + 1,) or seg_tok.shape != seg_ids.shape:
+        raise ValueError(f"offsets must have num_requests + 1 = {n + 1} entries and segment_tokens one per "
+                         f"segment id; got {offsets.shape[0]} offsets, {seg_tok.shape[0]} token counts, "
+                         f"{seg_ids.shape[0]} ids")
+    rows = np.repeat(np.arange(n), np.diff(offsets))
+    tail = inputs - np.bincount(rows, weights=seg_tok, minlength=n).astype(np.int64)
+    if (tail < 0).any() or (seg_tok < 0).any():
+        r = int(np.argmax(tail < 0)) if (tail < 0).any() else int(rows[np.argmax(seg_tok < 0)])
+        raise ValueError(f"request {r}: input_tokens={inputs[r]} is less than its segments' tokens, or a "
+                         "segment has a negative token count")
+    # the extended segments: each request's own, then its tail as a pseudo-segment with a unique id
+    dense = np.unique(seg_ids, return_inverse=True)[1].reshape(-1).astype(np.uint64)
+    has_tail = tail > 0
+    ext_off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.diff(offsets) + has_tail, out=ext_off[1:])
+    ext_ids = np.empty(ext_off[-1], dtype=np.uint64)
+    ext_tok = np.empty(ext_off[-1], dtype=np.int64)
+    where = ext_off[rows] + (np.arange(seg_ids.shape[0]) - offsets[rows])
+    ext_ids[where], ext_tok[where] = dense, seg_tok
+    tails = ext_off[1:][has_tail] - 1
+    ext_ids[tails] = np.uint64(dense.max(initial=0) + 1) + np.flatnonzero(has_tail).astype(np.uint64)
+    ext_tok[tails] = tail[has_tail]
+    prefix = rechain(ext_off, ext_ids).astype(np.int64)
+    seg_end = np.cumsum(ext_tok)
+    # the last token of every block, as a position on the concatenation of all prompts
+    block_size = int(block_size)
+    nblk = -(-inputs // block_size)
+    blk_off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(nblk, out=blk_off[1:])
+    blk_row = np.repeat(np.arange(n), nblk)
+    j = np.arange(blk_off[-1], dtype=np.int64) - blk_off[blk_row]
+    req_start = np.concatenate([[0], np.cumsum(inputs)[:-1]])
+    pos = req_start[blk_row] + np.minimum((j + 1) * block_size, inputs[blk_row]) - 1
+    seg = np.searchsorted(seg_end, pos, side="right")
+    offset = pos - (seg_end[seg] - ext_tok[seg])
+    radix = int(offset.max(initial=0)) + 1
+    if (int(prefix.max(initial=0)) + 1) * radix >= 2**63:
+        raise ValueError("too many segment prefixes × segment tokens to code a block key in 63 bits")
+    codes = (prefix[seg] * radix + offset).astype(np.uint64)
+    return blk_off, intern_first_seen(codes)[0].astype(np.uint64)

@@ -14,6 +14,7 @@ from kvlab.traces.bailian import BAILIAN_FORMAT
 from kvlab.traces.errors import TraceFormatError
 from kvlab.traces.kv_cache_tester import KV_CACHE_TESTER_FORMAT
 from kvlab.traces.mooncake import MOONCAKE_FORMAT
+from kvlab.traces.ragpulse import RAGPULSE_FORMAT
 from kvlab.traces.servegen import SERVEGEN_FORMAT
 from kvlab.traces.sniff import Peek, TraceFormat, provenance, stamp
 from kvlab.traces.token_counts import AZURE_LLM_FORMAT, VIDUR_FORMAT
@@ -39,6 +40,7 @@ PARQUET_FORMAT = TraceFormat("parquet", "kvlab Parquet (written by Trace.write_p
 #: Every format :func:`load_trace` knows, by name, in the order they are tried (specific first).
 FORMATS: dict[str, TraceFormat] = {f.name: f for f in (
     PARQUET_FORMAT,
+    RAGPULSE_FORMAT,
     KV_CACHE_TESTER_FORMAT,
     BAILIAN_FORMAT,
     SERVEGEN_FORMAT,
