@@ -20,6 +20,7 @@ piece                             models                           in → out
 :func:`prefill_savings`           LMCache blend lookup (B4, B17)   prefix hit + matches → tokens saved
 :func:`ttft_saved_s`              kvlab.tiers cost model           savings, model, GPU, device → seconds
 :func:`replay_rag`                prefix-only vs prefix + blend    a RAG trace → per-request savings
+:func:`replay_segments`           prefix vs segment reuse          segments (RAGPulse) → prefix / blend hits
 ================================  ===============================  ==========================================
 
 The RAG workload is :func:`kvlab.traces.rag` (Opal's, O28-O31).
@@ -43,6 +44,7 @@ from kvlab.blend.savings import (
     prefill_savings,
     ttft_saved_s,
 )
+from kvlab.blend.segments import SegmentConfig, SegmentSummary, replay_segments
 
 __all__ = [
     # kernels
@@ -71,5 +73,8 @@ __all__ = [
     "RagSummary",
     "prefill_savings",
     "replay_rag",
+    "replay_segments",
+    "SegmentConfig",
+    "SegmentSummary",
     "ttft_saved_s",
 ]
