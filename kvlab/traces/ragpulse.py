@@ -132,10 +132,9 @@ def load_ragpulse(path: str | Path, *, block_size: int = 16) -> Trace:
         "input_tokens": inputs.astype(np.uint32), "output_tokens": frame["output_length"].to_numpy().astype(np.uint32),
         "block_keys": _list_column(keys, blk_off, np.diff(blk_off)),
         "session_id": frame["session_id"],
-        "segment_ids": _list_column(seg_ids, seg_off, num_segs).alias("segment_ids"),
-        "segment_tokens": _list_column(seg_tok.astype(np.uint32), seg_off, num_segs).cast(pl.List(pl.UInt32))
-        .alias("segment_tokens"),
-        "segment_kind": _list_column(names.gather(seg_kind), seg_off, num_segs).alias("segment_kind"),
+        "segment_ids": _lists("segment_ids", pl.Series(seg_ids, dtype=pl.UInt64), seg_off),
+        "segment_tokens": _lists("segment_tokens", pl.Series(seg_tok, dtype=pl.UInt32), seg_off),
+        "segment_kind": _lists("segment_kind", names.gather(seg_kind), seg_off),
         "template_tokens": template.astype(np.uint32),
     })
     trace = trusted_trace(table, block_size, str(path), True, trusted=("arrival_s", "block_keys"),
@@ -144,6 +143,12 @@ def load_ragpulse(path: str | Path, *, block_size: int = 16) -> Trace:
     return stamp(trace, provenance("ragpulse", path, {"block_size": block_size}, notes, files=files,
                                    sessions=int(frame["session_id"].n_unique()),
                                    segments=int(seg_ids.shape[0]), distinct_segments=int(np.unique(seg_ids).shape[0])))
+
+
+def _lists(name: str, values: pl.Series, offsets: np.ndarray) -> pl.Series:
+    """A list column of CSR ``values``: row ``r`` is ``values[offsets[r]:offsets[r + 1]]``."""
+    return (pl.DataFrame({"start": offsets[:-1], "len": np.diff(offsets)})
+            .select(pl.lit(values).implode().list.slice(pl.col("start"), pl.col("len")).alias(name)).to_series())
 
 
 def _trace_file(path: Path) -> Path:
