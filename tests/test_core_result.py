@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvlab.blend import replay_rag
+from kvlab.blend import replay_rag, replay_segments
 from kvlab.core import (
     CORE_REQUEST_COLUMNS,
     SINGLE_TIER,
@@ -47,6 +47,7 @@ DRIVERS: dict[str, tuple[Callable[[Trace], RunResult], Callable[[RunResult], int
     "replay_reference": (lambda t: replay_reference(t, policy="s3fifo", capacity_blocks=20), lambda r: BLOCK),
     "replay_rag": (lambda t: replay_rag(t, chunk_size=8, capacity_chunks=6, min_blend_tokens=8),
                    lambda r: r.config.chunk_size),
+    "replay_segments": (lambda t: replay_segments(t, warmup_fraction=0.2), lambda r: BLOCK),
     "route_requests": (lambda t: route_requests(t, capacity_blocks=12, block_size=BLOCK),
                        lambda r: r.config.block_size),
     "replay_tiered": (lambda t: replay_tiered(t, [("GPU", 6), ("CPU", 10, "s3fifo"), ("NVMe", None)]),

@@ -72,8 +72,9 @@ def test_a_small_folder_loads_with_segments_in_prompt_order(tmp_path: Path) -> N
                                               "web_search", "user_input"]
     assert f["template_tokens"].to_list() == [6, 6]
     assert f["input_tokens"].to_list() == [40, 66]
-    # 16-token blocks: both share block 0 (inside segment 1); then they differ (segment 10 vs 2)
-    assert f["block_keys"].to_list() == [[0, 1, 2], [0, 3, 4, 5, 6]]
+    # 16-token full blocks: both share block 0 (inside segment 1); then they differ (segment 10 vs 2)
+    assert f["block_keys"].to_list() == [[0, 1], [0, 2, 3, 4]]
+    assert not trace.partial_block_keyed
     assert trace.check_chained().height == 0
     assert trace.provenance["format"] == "ragpulse" and trace.provenance["sessions"] == 2
     assert "1 of 2 records arrive before a record above them" in trace.provenance["notes"][0]
@@ -225,7 +226,7 @@ def reference_block_keys(trace_frame: object, block_size: int) -> list[list[tupl
         for k, n in enumerate(toks):
             owner += [(tuple(ids[:k + 1]), o) for o in range(n)]
         owner += [(("tail", r), o) for o in range(n_in - len(owner))]
-        out.append([owner[min((j + 1) * block_size, n_in) - 1] for j in range(-(-n_in // block_size))])
+        out.append([owner[(j + 1) * block_size - 1] for j in range(n_in // block_size)])  # full blocks
     return out
 
 
@@ -259,7 +260,7 @@ def test_the_published_sample() -> None:
     f = trace.frame
     assert int(f["input_tokens"].sum()) == 20_917_099
     assert f["request_id"][:2].to_list() == [3800, 3801]  # the second run of the file starts at 0 ms
-    assert (trace.block_refs, trace.distinct_blocks) == (1_310_542, 899_667)
+    assert (trace.block_refs, trace.distinct_blocks) == (1_303_897, 893_022)  # full blocks only
 
 
 def test_the_line_reader_gives_the_columnar_reader_s_trace(tmp_path: Path) -> None:

@@ -133,9 +133,10 @@ def replay_segments(trace: Trace, *, warmup_fraction: float = 0.5) -> RunResult:
       segment repeated inside one request counts only if an earlier request had it.
 
     Tokens past the segments (RAGPulse's template tokens) never hit. The core ``hit_blocks`` /
-    ``hit_tokens`` are the prefix hit in the trace's blocks (``floor(prefix tokens / block
-    size)`` blocks, all of them when the whole prompt hits): exactly :func:`kvlab.sim.replay`'s
-    unbounded prefix hit on the block keys :func:`kvlab.traces.load_ragpulse` builds.
+    ``hit_tokens`` are the prefix hit in the trace's blocks: the ``floor(prefix tokens / block
+    size)`` full blocks inside it — exactly :func:`kvlab.sim.replay`'s unbounded prefix hit on the
+    full-block keys :func:`kvlab.traces.load_ragpulse` builds (a trace without segment columns: its
+    blocks, all of them when the whole prompt hits).
 
     Args:
         trace: a trace with ``segment_ids`` and ``segment_tokens`` (:func:`kvlab.traces.load_ragpulse`),
@@ -170,7 +171,8 @@ def replay_segments(trace: Trace, *, warmup_fraction: float = 0.5) -> RunResult:
     inputs = trace.frame["input_tokens"].to_numpy().astype(np.int64)
     size = trace.block_size
     blocks = (inputs + (size - 1 if trace.partial_block_keyed else 0)) // size
-    hit_blocks = np.where(pre_tok >= inputs, blocks, pre_tok // size)
+    segmented = "segment_ids" in trace.frame.columns  # else the segments are the blocks: a full hit is all of them
+    hit_blocks = np.where((pre_tok >= inputs) & ~segmented, blocks, pre_tok // size)
     n = inputs.shape[0]
     skip = config.warmup_requests(n)
     measured = np.arange(n) >= skip

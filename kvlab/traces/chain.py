@@ -165,7 +165,8 @@ def _rechain(offsets: np.ndarray, dense: np.ndarray) -> np.ndarray:
 
 
 def segment_block_keys(offsets: np.ndarray, segment_ids: np.ndarray, segment_tokens: np.ndarray,
-                       input_tokens: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+                       input_tokens: np.ndarray, block_size: int, *, partial_block_keyed: bool = False
+                       ) -> tuple[np.ndarray, np.ndarray]:
     """Prefix-semantics block keys for prompts made of variable-length segments (RAGPulse).
 
     Request ``r``'s prompt is its segments ``offsets[r]:offsets[r + 1]`` in order, then
@@ -183,10 +184,11 @@ def segment_block_keys(offsets: np.ndarray, segment_ids: np.ndarray, segment_tok
         segment_tokens: ``int[num_segments]`` tokens of each segment (≥ 0).
         input_tokens: ``int[num_requests]`` prompt tokens, ≥ the request's segment tokens.
         block_size: tokens per block (≥ 1).
+        partial_block_keyed: key a trailing partial block too (``ceil`` rather than ``floor``).
 
     Returns:
         ``(block_offsets, block_keys)``: ``int64[num_requests + 1]`` and ``uint64[num_blocks]``,
-        ``ceil(input_tokens / block_size)`` keys per request.
+        ``floor(input_tokens / block_size)`` keys per request (``ceil`` with ``partial_block_keyed``).
 
     Raises:
         ValueError: bad offsets, lengths that differ, or a prompt shorter than its segments.
@@ -194,7 +196,7 @@ def segment_block_keys(offsets: np.ndarray, segment_ids: np.ndarray, segment_tok
     Example:
         >>> off = np.array([0, 2, 4])  # 16-token blocks over segments of 20 and 12 tokens + 2 tail
         >>> _, keys = segment_block_keys(off, np.array([5, 6, 5, 7], dtype=np.uint64), np.array([20, 12, 20, 12]),
-        ...                              np.array([34, 34]), 16)
+        ...                              np.array([34, 34]), 16, partial_block_keyed=True)
         >>> keys.tolist()  # block 0 shared (segment 5 only); block 1 ends in 6 vs 7; tails unique
         [0, 1, 2, 0, 3, 4]
     """
@@ -229,7 +231,7 @@ def segment_block_keys(offsets: np.ndarray, segment_ids: np.ndarray, segment_tok
     seg_end = np.cumsum(ext_tok)
     # the last token of every block, as a position on the concatenation of all prompts
     block_size = int(block_size)
-    nblk = -(-inputs // block_size)
+    nblk = -(-inputs // block_size) if partial_block_keyed else inputs // block_size
     blk_off = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(nblk, out=blk_off[1:])
     blk_row = np.repeat(np.arange(n), nblk)

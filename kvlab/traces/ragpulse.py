@@ -64,10 +64,10 @@ def load_ragpulse(path: str | Path, *, block_size: int = 16) -> Trace:
     Block keys: the segments are chained in prompt order and each ``block_size``-token block gets
     the exact key of (the chained key of the segment holding its last token, that token's offset),
     so equal keys ⇔ the same segments in the same order up to that token
-    (:func:`kvlab.traces.chain.segment_block_keys`). The last, partial block is keyed
-    (``partial_block_keyed``): its key is shared only by a prompt with the same segments ending at
-    the same token (never, while template tokens end each prompt). What was reordered and assumed
-    is written in ``provenance["notes"]``.
+    (:func:`kvlab.traces.chain.segment_block_keys`). Only full blocks are keyed
+    (``partial_block_keyed=False``, as vLLM): a partial block's key could be shared only by a prompt
+    ending at the same token, so the block-level prefix hit is exactly the full blocks inside the
+    segment-level prefix hit. What was reordered and assumed is written in ``provenance["notes"]``.
 
     Args:
         path: the folder, or its ``0_trace.jsonl`` (``.gz`` read compressed; gzip is also found by
@@ -99,7 +99,7 @@ def load_ragpulse(path: str | Path, *, block_size: int = 16) -> Trace:
         ...     _ = (d / f"{stem}.jsonl").write_text(json.dumps({key: i, "token_length": n}) + "\\n")
         >>> t = load_ragpulse(d)
         >>> t.frame["segment_tokens"].to_list(), t.frame["template_tokens"].to_list(), t.block_refs
-        ([[20, 12, 2]], [6], 3)
+        ([[20, 12, 2]], [6], 2)
     """
     block_size = check_positive("block_size", block_size)
     check_path = Path(path)
@@ -125,7 +125,7 @@ def load_ragpulse(path: str | Path, *, block_size: int = 16) -> Trace:
         r = int(np.argmax(template < 0))
         raise TraceFormatError(trace_path, int(lines[r]), f"field 'input_length': {inputs[r]} is less than the "
                                                           f"{inputs[r] - template[r]} tokens of its segments")
-    blk_off, keys = segment_block_keys(seg_off, seg_ids, seg_tok, inputs, block_size)
+    blk_off, keys = segment_block_keys(seg_off, seg_ids, seg_tok, inputs, block_size, partial_block_keyed=False)
     names = pl.Series([spec[2] for spec in COMPONENTS.values()], dtype=pl.String)
     table = pl.DataFrame({
         "request_id": order.astype(np.uint64), "arrival_s": frame["ms"].to_numpy() / 1000.0,
@@ -137,7 +137,7 @@ def load_ragpulse(path: str | Path, *, block_size: int = 16) -> Trace:
         "segment_kind": _lists("segment_kind", names.gather(seg_kind), seg_off),
         "template_tokens": template.astype(np.uint32),
     })
-    trace = trusted_trace(table, block_size, str(path), True, trusted=("arrival_s", "block_keys"),
+    trace = trusted_trace(table, block_size, str(path), False, trusted=("arrival_s", "block_keys"),
                           lengths=np.diff(blk_off), csr=(blk_off, keys))
     notes = _notes(ms_in_file, order, template, rows, seg_ids)
     return stamp(trace, provenance("ragpulse", path, {"block_size": block_size}, notes, files=files,
@@ -382,8 +382,9 @@ def _notes(ms_in_file: np.ndarray, order: np.ndarray, template: np.ndarray, rows
     repeats = np.unique(pairs[counts > 1] // (int(dense.max(initial=0)) + 1)).shape[0]
     if repeats:
         notes.append(f"{repeats} requests list a segment twice: chained in place (prefix keys stay exact)")
-    notes.append("block keys: segments chained in prompt order; a block's key is (chained key of the segment "
-                 "holding its last token, its offset): equal keys mean the same segments in the same order")
+    notes.append("block keys: segments chained in prompt order; a full block's key is (chained key of the segment "
+                 "holding its last token, its offset): equal keys mean the same segments in the same order; "
+                 "a trailing partial block has no key")
     return notes
 
 
