@@ -228,20 +228,34 @@ def segment_block_keys(offsets: np.ndarray, segment_ids: np.ndarray, segment_tok
     ext_ids[tails] = np.uint64(dense.max(initial=0) + 1) + np.flatnonzero(has_tail).astype(np.uint64)
     ext_tok[tails] = tail[has_tail]
     prefix = rechain(ext_off, ext_ids).astype(np.int64)
-    seg_end = np.cumsum(ext_tok)
-    # the last token of every block, as a position on the concatenation of all prompts
     block_size = int(block_size)
     nblk = -(-inputs // block_size) if partial_block_keyed else inputs // block_size
     blk_off = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(nblk, out=blk_off[1:])
-    blk_row = np.repeat(np.arange(n), nblk)
-    j = np.arange(blk_off[-1], dtype=np.int64) - blk_off[blk_row]
-    req_start = np.concatenate([[0], np.cumsum(inputs)[:-1]])
-    pos = req_start[blk_row] + np.minimum((j + 1) * block_size, inputs[blk_row]) - 1
-    seg = np.searchsorted(seg_end, pos, side="right")
-    offset = pos - (seg_end[seg] - ext_tok[seg])
-    radix = int(offset.max(initial=0)) + 1
-    if (int(prefix.max(initial=0)) + 1) * radix >= 2**63:
-        raise ValueError("too many segment prefixes × segment tokens to code a block key in 63 bits")
-    codes = (prefix[seg] * radix + offset).astype(np.uint64)
+    # exact and dense: a chained segment always starts at the same prompt position, so the block
+    # ends inside it sit at offsets congruent mod block_size and offset // block_size tells them
+    # apart; each chained segment gets a range of len // block_size + 1 codes
+    seg_len = np.zeros(int(prefix.max(initial=-1)) + 1, dtype=np.int64)
+    seg_len[prefix] = ext_tok
+    base = np.zeros(seg_len.shape[0] + 1, dtype=np.int64)
+    np.cumsum(seg_len // block_size + 1, out=base[1:])
+    codes = _block_codes(ext_off, ext_tok, prefix, base, inputs, blk_off, block_size)
     return blk_off, intern_first_seen(codes)[0].astype(np.uint64)
+
+
+@kernel_jit(nogil=True)
+def _block_codes(ext_off: np.ndarray, ext_tok: np.ndarray, prefix: np.ndarray, base: np.ndarray,
+                 inputs: np.ndarray, blk_off: np.ndarray, block_size: int) -> np.ndarray:
+    """``uint64[num_blocks]``: ``base[chained segment holding the block's last token] + its offset //
+    block_size``, walking each request's segments once."""
+    out = np.empty(blk_off[-1], dtype=np.uint64)
+    for r in range(inputs.shape[0]):
+        seg = ext_off[r]
+        start = 0  # prompt position where segment ``seg`` starts
+        for j in range(blk_off[r + 1] - blk_off[r]):
+            last = min((j + 1) * block_size, inputs[r]) - 1
+            while start + ext_tok[seg] <= last:
+                start += ext_tok[seg]
+                seg += 1
+            out[blk_off[r] + j] = np.uint64(base[prefix[seg]] + (last - start) // block_size)
+    return out
