@@ -102,8 +102,7 @@ def load_ragpulse(path: str | Path, *, block_size: int = 16) -> Trace:
         ([[20, 12, 2]], [6], 2)
     """
     block_size = check_positive("block_size", block_size)
-    check_path = Path(path)
-    trace_path = _trace_file(check_path)
+    trace_path = _trace_file(Path(path))
     frame, lines = _read_requests(trace_path)
     ids, lengths, kinds, files = _read_components(trace_path.parent, frame, lines, trace_path)
     ms_in_file = frame["ms"].to_numpy()
