@@ -13,9 +13,9 @@ from kvlab.traces import TraceFormatError
 from kvlab.traces.jsonl_fields import Field, check_block_counts, first_duplicate, read_fields
 
 FIELDS = (Field("n", "count"), Field("k", "int", low=-1, high=5), Field("t", "time"), Field("s", "str"),
-          Field("ids", "ids"), Field("names", "strs"))
-ROWS = [{"n": 3, "k": -1, "t": 0.5, "s": 'say "hi"', "ids": [1, 2**64 - 1], "names": ['a"b', "c\\d"]},
-        {"n": 0, "k": 5, "t": 2, "s": "", "ids": [], "names": []}]
+          Field("ids", "ids"), Field("names", "strs"), Field("i", "id"))
+ROWS = [{"n": 3, "k": -1, "t": 0.5, "s": 'say "hi"', "ids": [1, 2**64 - 1], "names": ['a"b', "c\\d"], "i": 2**64 - 1},
+        {"n": 0, "k": 5, "t": 2, "s": "", "ids": [], "names": [], "i": 0}]
 
 
 @pytest.mark.parametrize("blank", [False, True])
@@ -38,3 +38,13 @@ def test_block_counts_and_duplicates(tmp_path: Path) -> None:
     first_duplicate(path, lines, np.array([5, 6, 7]), "chat_id")
     with pytest.raises(TraceFormatError, match=r"f.jsonl:4: field 'chat_id': value 5 repeats line 1"):
         first_duplicate(path, lines, np.array([5, 6, 5]), "chat_id")
+
+
+@pytest.mark.parametrize(("value", "message"), [(-1, "got -1"), (2**64, "got 18446744073709551616"),
+                                                ("7", "got '7'"), (1.0, "got 1.0")])
+def test_a_bad_id_names_file_and_line(tmp_path: Path, value: object, message: str) -> None:
+    path = tmp_path / "f.jsonl"
+    path.write_text(json.dumps({"i": 3}) + "\n" + json.dumps({"i": value}) + "\n")
+    with pytest.raises(TraceFormatError, match=rf"f.jsonl:2: field 'i' must be an integer in \[0, 2\*\*64\), "
+                                               rf"{message}"):
+        read_fields(path, [Field("i", "id")])

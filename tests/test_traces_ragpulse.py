@@ -102,7 +102,7 @@ def test_gzip_and_bom_load(tmp_path: Path, gz: bool, bom: bool) -> None:
 BAD = [
     ("malformed JSON", '{"timestamp": "5", ', "malformed JSON"),
     ("not an object", "[1, 2]", "expected a JSON object, got list"),
-    *[(f"missing {name}", dumps(record(**{name: DROP})), f"field '{name}': missing")
+    *[(f"missing {name}", dumps(record(**{name: DROP})), f"missing field '{name}'")
       for name in ("timestamp", "input_length", "output_length", "hash_ids", "session_id")],
     ("timestamp not a number", dumps(record(ts="soon")), "field 'timestamp' must be a finite number >= 0"),
     ("negative timestamp", dumps(record(ts="-3")), "field 'timestamp' must be a finite number >= 0"),
@@ -120,7 +120,7 @@ BAD = [
      "field 'hash_ids.history[0]' must be an integer in [0, 2**64), got '20'"),
     ("negative id", dumps(record(ids={**EMPTY_IDS, "history": [-20]}, n_in=30)),
      "field 'hash_ids.history[0]' must be an integer in [0, 2**64), got -20"),
-    ("session not a string", dumps(record(session_id=7)), "field 'session_id': must be a string, got int"),
+    ("session not a string", dumps(record(session_id=7)), "field 'session_id' must be a string, got 7"),
     ("unknown id", dumps(record(ids={**EMPTY_IDS, "passages_ids": [10, 99]}, n_in=50)),
      "field 'hash_ids.passages_ids[1]': id 99 is not in 2_passages.jsonl"),
     ("id of another component", dumps(record(ids={**EMPTY_IDS, "history": [10]}, n_in=50)),
@@ -157,7 +157,7 @@ def test_empty_files_and_missing_pieces(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("case", "line", "message"), [
-    ("missing token_length", '{"passage_id": 12}', "field 'token_length': missing"),
+    ("missing token_length", '{"passage_id": 12}', "missing field 'token_length'"),
     ("negative token_length", '{"passage_id": 12, "token_length": -4}',
      "field 'token_length' must be an integer in [0, 2**32), got -4"),
     ("string id", '{"passage_id": "12", "token_length": 4}', "field 'passage_id' must be an integer in [0, 2**64)"),

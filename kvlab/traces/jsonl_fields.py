@@ -26,7 +26,7 @@ from kvlab.traces.textfile import is_gzip_name, iter_lines, parse_json_line
 _U32_END = 2**32 - 1
 _BLANK_LINE = re.compile(rb"\n[ \t\r]*\n")
 _BLANK_FIRST_LINE = re.compile(rb"[ \t\r]*\n")
-_POLARS = {"count": pl.Int64, "int": pl.Int64, "time": pl.Float64, "str": pl.String,
+_POLARS = {"count": pl.Int64, "int": pl.Int64, "id": pl.UInt64, "time": pl.Float64, "str": pl.String,
            "ids": pl.List(pl.UInt64), "strs": pl.List(pl.String)}
 
 
@@ -37,6 +37,7 @@ class Field:
     Attributes:
         name: the JSON key.
         kind: ``"count"`` (integer in ``[0, 2**32)``), ``"int"`` (integer in ``[low, high]``),
+            ``"id"`` (integer in ``[0, 2**64)``),
             ``"time"`` (finite number >= 0), ``"str"``, ``"ids"`` (list of integers in
             ``[0, 2**64)``) or ``"strs"`` (list of strings).
         low, high: the bounds of an ``"int"`` field.
@@ -56,7 +57,7 @@ def read_fields(path: Path, fields: Sequence[Field]) -> tuple[pl.DataFrame, np.n
         fields: the fields every record must have.
 
     Returns:
-        ``(frame, lines)``: one column per field (``count``/``int`` as i64, ``time`` f64,
+        ``(frame, lines)``: one column per field (``count``/``int`` as i64, ``id`` u64, ``time`` f64,
         ``str`` string, ``ids`` list[u64], ``strs`` list[str]) in file order, and
         ``int64[rows]`` the 1-based line of each record (blank lines are skipped).
 
@@ -99,7 +100,7 @@ def _read_columnar(path: Path, fields: Sequence[Field]) -> tuple[pl.DataFrame, n
             if col.explode(empty_as_null=False).null_count():
                 return None
             continue
-        if f.kind == "str":
+        if f.kind in ("str", "id"):  # the strict u64 schema checked an id
             continue
         values = col.to_numpy()
         if f.kind == "time":
@@ -145,6 +146,8 @@ def check_field(path: Path, lineno: int, record: dict, f: Field) -> object:
             return check_int(label, value, low=0, high=_U32_END)
         if f.kind == "int":
             return check_int(label, value, low=f.low, high=f.high)
+        if f.kind == "id":
+            return check_u64(label, value)
         if f.kind == "time":
             return check_real(label, value, low=0.0)
         if f.kind == "str":

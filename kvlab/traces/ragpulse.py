@@ -24,10 +24,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from kvlab.core.validate import check_int, check_positive, check_real, check_u64
+from kvlab.core.validate import check_positive, check_real, check_u64
 from kvlab.traces.arrays import _list_column
 from kvlab.traces.chain import segment_block_keys
 from kvlab.traces.errors import TraceFormatError
+from kvlab.traces.jsonl_fields import Field, check_field, read_fields
 from kvlab.traces.sniff import Peek, TraceFormat, missing_field, provenance, stamp
 from kvlab.traces.textfile import check_trace_path, is_gzip_name, iter_lines, parse_json_line
 from kvlab.traces.trace import Trace, trusted_trace
@@ -214,7 +215,7 @@ def _requests_by_line(path: Path) -> tuple[pl.DataFrame, np.ndarray]:
             raise TraceFormatError(path, lineno, f"expected a JSON object, got {type(rec).__name__}")
         for name in _FIELDS:
             if name not in rec:
-                raise TraceFormatError(path, lineno, f"field {name!r}: missing")
+                raise TraceFormatError(path, lineno, f"missing field {name!r}")
         ts = rec["timestamp"]
         try:
             ms = float(ts) if isinstance(ts, str) else ts
@@ -223,7 +224,7 @@ def _requests_by_line(path: Path) -> tuple[pl.DataFrame, np.ndarray]:
         _field(path, lineno, check_real, "timestamp", ms if ms is not None else ts, low=0.0)
         cols["ms"].append(float(ms))
         for name in ("input_length", "output_length"):
-            cols[name].append(_field(path, lineno, check_int, name, rec[name], low=0, high=_U32))
+            cols[name].append(check_field(path, lineno, rec, Field(name, "count")))
         comp = rec["hash_ids"]
         if not isinstance(comp, dict):
             raise TraceFormatError(path, lineno, f"field 'hash_ids': must be an object of component lists "
@@ -242,10 +243,7 @@ def _requests_by_line(path: Path) -> tuple[pl.DataFrame, np.ndarray]:
             for i, value in enumerate(seg):
                 _field(path, lineno, check_u64, f"hash_ids.{name}[{i}]", value)
             cols[name].append(seg)
-        if not isinstance(rec["session_id"], str):
-            raise TraceFormatError(path, lineno, f"field 'session_id': must be a string, got "
-                                                 f"{type(rec['session_id']).__name__}")
-        cols["session_id"].append(rec["session_id"])
+        cols["session_id"].append(check_field(path, lineno, rec, Field("session_id", "str")))
         for key in rec.keys() - set(_FIELDS):
             unknown.setdefault(key, lineno)
         lines.append(lineno)
@@ -300,15 +298,8 @@ def _read_components(folder: Path, frame: pl.DataFrame, lines: np.ndarray, trace
                                                                   f"(or .gz) beside the trace to give its lengths")
             continue
         files[name] = path.name
-        schema = {key: pl.UInt64, "token_length": pl.Int64}
-        fast = _columnar(path, schema, 4)
-        comp, comp_lines = fast if fast is not None else _components_by_line(path, key)
+        comp, comp_lines = read_fields(path, (Field(key, "id"), Field("token_length", "count")))
         tok = comp["token_length"].to_numpy()
-        bad = (tok < 0) | (tok > _U32)
-        if bad.any():
-            r = int(np.argmax(bad))
-            raise TraceFormatError(path, int(comp_lines[r]), f"field 'token_length' must be an integer in "
-                                                             f"[0, 2**32), got {tok[r]}")
         parts.append((comp[key].to_numpy().astype(np.uint64), tok, np.full(comp.height, k, np.int8), comp_lines,
                       path))
     ids = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint64)
@@ -323,26 +314,6 @@ def _read_components(folder: Path, frame: pl.DataFrame, lines: np.ndarray, trace
     lengths = np.concatenate([p[1] for p in parts])[order] if parts else np.zeros(0, np.int64)
     kinds = np.concatenate([p[2] for p in parts])[order] if parts else np.zeros(0, np.int8)
     return ids, lengths, kinds, files
-
-
-def _components_by_line(path: Path, key: str) -> tuple[pl.DataFrame, np.ndarray]:
-    ids, toks, lines = [], [], []
-    for lineno, line in iter_lines(path):
-        if not line.strip():
-            continue
-        rec = parse_json_line(path, lineno, line)
-        if not isinstance(rec, dict):
-            raise TraceFormatError(path, lineno, f"expected a JSON object, got {type(rec).__name__}")
-        for name in (key, "token_length"):
-            if name not in rec:
-                raise TraceFormatError(path, lineno, f"field {name!r}: missing")
-        ids.append(_field(path, lineno, check_u64, key, rec[key]))
-        toks.append(_field(path, lineno, check_int, "token_length", rec["token_length"], low=0, high=_U32))
-        lines.append(lineno)
-    if not lines:
-        raise TraceFormatError(path, None, "no records (empty file)")
-    return (pl.DataFrame({key: ids, "token_length": toks}, schema={key: pl.UInt64, "token_length": pl.Int64}),
-            np.asarray(lines, dtype=np.int64))
 
 
 def _lookup(path: Path, lines: np.ndarray, seg_off: np.ndarray, seg_ids: np.ndarray, seg_kind: np.ndarray,
