@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvlab.blend import replay_rag
+from kvlab.blend import replay_rag, replay_segments
 from kvlab.engines import replay_omlx, replay_requests
 from kvlab.index import route_requests
 from kvlab.sim import replay, replay_reference, sweep
@@ -41,6 +41,7 @@ DRIVERS = {
     "replay_requests": lambda t: replay_requests(t, capacity_blocks=100),
     "replay_omlx": lambda t: replay_omlx(t, capacity_blocks=100),
     "replay_rag": lambda t: replay_rag(t),
+    "replay_segments": lambda t: replay_segments(t),
     "route_requests": lambda t: route_requests(t),
 }
 
