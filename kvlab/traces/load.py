@@ -45,7 +45,8 @@ FORMATS: dict[str, TraceFormat] = {f.name: f for f in (
     BAILIAN_FORMAT,
     SERVEGEN_FORMAT,
     MOONCAKE_FORMAT,
-    AZURE_LLM_FORMAT, VIDUR_FORMAT,
+    AZURE_LLM_FORMAT,
+    VIDUR_FORMAT,
 )}
 
 
