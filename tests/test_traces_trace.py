@@ -124,3 +124,15 @@ def test_block_identity_and_provenance_survive_parquet_and_views(tmp_path) -> No
     assert not head.same_as(trace)
     with pytest.raises(ValueError, match="provenance must be JSON-serialisable"):
         Trace(frame, block_size=16, provenance={"x": object()})
+
+
+def test_filter_keeps_semantics_and_names_the_subset() -> None:
+    frame = pl.DataFrame({"request_id": [0, 1, 2], "arrival_s": [0.0, 1.0, 2.0], "input_tokens": [20, 8, 16],
+                          "output_tokens": [1, 2, 3], "block_keys": [[0, 1], [2], [0]], "session_id": ["a", "b", "a"]})
+    trace = Trace(frame, block_size=16, source="t", provenance={"format": "x"})
+    a = trace.filter(pl.col("session_id") == "a", "a")
+    assert a.frame["request_id"].to_list() == [0, 2] and a.source == "t[a]" and a.provenance == {"format": "x"}
+    with pytest.raises(ValueError, match="no request of 't' satisfies"):
+        trace.filter(pl.col("session_id") == "z")
+    with pytest.raises(ValueError, match="predicate must be a polars expression"):
+        trace.filter("session_id")

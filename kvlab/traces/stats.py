@@ -17,7 +17,8 @@ class TraceStats:
     Token counts are in tokens, times in seconds, block counts in blocks. ``reused_blocks``
     counts distinct blocks referenced by more than one request (the share of blocks a cache could
     ever hit again; Mooncake's arXiv report: "over 50 % of cache blocks are never reused");
-    ``sessions`` is the number of distinct ``session_id`` values (``None`` without the column);
+    ``None`` for a trace without block identity, whose keys are placeholders; ``sessions`` is the
+    number of distinct ``session_id`` values (``None`` without the column);
     ``format`` the reader (``provenance["format"]``, with the published file's name when known).
 
     Example:
@@ -43,7 +44,7 @@ class TraceStats:
     input_tokens_total: int
     block_refs: int
     distinct_blocks: int
-    reused_blocks: int
+    reused_blocks: int | None
     max_blocks_per_request: int
 
     def to_dict(self) -> dict[str, object]:
@@ -67,7 +68,7 @@ class TraceStats:
              f"{self.output_tokens_min:,} / {self.output_tokens_mean:,.1f} / {self.output_tokens_max:,}"),
             ("input tokens total", f"{self.input_tokens_total:,}"),
             ("block refs", f"{self.block_refs:,}"),
-            ("distinct blocks", f"{self.distinct_blocks:,}"),
+            ("distinct blocks", f"{self.distinct_blocks:,}" if self.block_identity else "— (placeholder keys)"),
             ("reused blocks", reused),
             ("max blocks per request", f"{self.max_blocks_per_request:,}"),
         ]
@@ -91,7 +92,7 @@ def describe(trace: Trace) -> TraceStats:
     flat = trace.flat
     blocks = flat.blocks_per_request()
     # chained keys never repeat inside a request, so a key's reference count is its request count
-    reused = int((np.bincount(flat.block_ids, minlength=flat.num_keys) > 1).sum()) if trace.block_identity else 0
+    reused = int((np.bincount(flat.block_ids, minlength=flat.num_keys) > 1).sum()) if trace.block_identity else None
     sessions = int(f["session_id"].n_unique()) if "session_id" in f.columns else None
     return TraceStats(
         source=trace.source, format=format_label(trace), block_size=trace.block_size,

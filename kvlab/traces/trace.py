@@ -133,6 +133,26 @@ class Trace:
         """The first ``n`` requests as a new trace (same block size and source)."""
         return replace(self, frame=self.frame.head(n), source=f"{self.source}[:{n}]")
 
+    def filter(self, predicate: pl.Expr, label: str | None = None) -> Trace:
+        """The requests where ``predicate`` (a polars expression over the columns) holds, in order,
+        as a new trace (same block size, key semantics and provenance; ``source`` gains
+        ``[label]``, default the expression).
+
+        Raises:
+            ValueError: no request is left, or ``predicate`` is not a polars expression.
+
+        Example:
+            >>> from kvlab.traces import load_trace
+            >>> len(load_trace("claude-code").filter(pl.col("session_id") == "trace_0001", "trace_0001"))
+            41
+        """
+        if not isinstance(predicate, pl.Expr):
+            raise ValueError(f"predicate must be a polars expression, got {type(predicate).__name__}")
+        frame = self.frame.filter(predicate)
+        if frame.height == 0:
+            raise ValueError(f"no request of {self.source!r} satisfies {label or predicate}")
+        return replace(self, frame=frame, source=f"{self.source}[{label or predicate}]")
+
     def require_block_identity(self, what: str = "a cache replay") -> None:
         """Raise unless the block keys identify prompt prefixes (every cache-level driver calls it).
 
