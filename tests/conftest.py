@@ -46,6 +46,27 @@ def font_sizes(spec: object) -> list[float]:
     return []
 
 
+def write_lines(tmp_path: Path, lines: list[str], name: str = "t.jsonl") -> Path:
+    """A text file of ``lines`` (one per line, newline-terminated) in ``tmp_path``."""
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def reference_rechain(rows: list[list[int]]) -> list[list[int]]:
+    """Plain-Python re-chaining: a new key per distinct (previous key, id) pair, numbered in order
+    of first appearance (the reference for :func:`kvlab.traces.chain.rechain` and the loaders)."""
+    table: dict[tuple[int, int], int] = {}
+    out = []
+    for ids in rows:
+        parent, keys = -1, []
+        for i in ids:
+            parent = table.setdefault((parent, i), len(table))
+            keys.append(parent)
+        out.append(keys)
+    return out
+
+
 def make_trace(block_keys: list[list[int]], *, block_size: int = 4, input_tokens: list[int] | None = None,
                arrival_s: list[float] | None = None, source: str = "test") -> Trace:
     """A trace from key lists; full blocks unless ``input_tokens`` says otherwise."""

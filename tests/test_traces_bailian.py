@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import reference_rechain, write_lines
 from kvlab.traces import FORMATS, TraceFormatError, detect_format, load_trace
 from kvlab.traces.bailian import load_bailian
 
@@ -27,25 +28,8 @@ def record(**changes: object) -> str:
     return json.dumps({k: v for k, v in rec.items() if v is not _DROP})
 
 
-def write_lines(tmp_path: Path, lines: list[str], name: str = "t.jsonl") -> Path:
-    path = tmp_path / name
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
 
 # -- plain-Python references -------------------------------------------------------------
-def reference_rechain(rows: list[list[int]]) -> list[list[int]]:
-    """A new key per distinct (previous key, id) pair, numbered in order of first appearance."""
-    table: dict[tuple[int, int], int] = {}
-    out = []
-    for ids in rows:
-        parent, keys = -1, []
-        for i in ids:
-            parent = table.setdefault((parent, i), len(table))
-            keys.append(parent)
-        out.append(keys)
-    return out
-
 
 def reference_roots(chats: list[int], parents: list[int]) -> list[int]:
     by_chat = dict(zip(chats, parents, strict=True))

@@ -7,15 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import write_lines
 from kvlab.traces import TraceFormatError, load_mooncake, load_trace
 
 GOOD = {"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [0, 1]}
 
-
-def write_lines(tmp_path: Path, lines: list[str]) -> Path:
-    path = tmp_path / "t.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def record(**changes: object) -> str:
@@ -301,3 +297,13 @@ def test_the_published_mooncake_files_are_recognised_by_name(tmp_path: Path, nam
     trace = load_trace(path)
     assert trace.provenance["format"] == "mooncake" and trace.provenance.get("variant") == variant
     assert trace.describe().format == (f"mooncake ({variant})" if variant else "mooncake")
+
+
+def test_a_bad_byte_far_down_is_reported_on_its_own_line(tmp_path: Path) -> None:
+    """The text reader decodes in chunks: the error must still name the line of the bad byte."""
+    lines = [record(timestamp=i).encode() for i in range(2_000)]
+    lines[1_500] = lines[1_500][:-1] + b', "x": "\xff"}'
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(TraceFormatError, match=r"t.jsonl:1501: not UTF-8 text \(invalid start byte at byte \d+ of"):
+        load_trace(path)

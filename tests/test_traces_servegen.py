@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import reference_rechain, write_lines
 from kvlab.traces import FORMATS, TraceFormatError, detect_format, load_trace
 from kvlab.traces.servegen import load_servegen, synthesize_arrivals
 
@@ -28,22 +29,6 @@ def record(base: dict | None = None, **changes: object) -> str:
     return json.dumps({k: v for k, v in rec.items() if v is not _DROP})
 
 
-def write_lines(tmp_path: Path, lines: list[str], name: str = "t.jsonl") -> Path:
-    path = tmp_path / name
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def reference_rechain(rows: list[list[int]]) -> list[list[int]]:
-    table: dict[tuple[int, int], int] = {}
-    out = []
-    for ids in rows:
-        parent, keys = -1, []
-        for i in ids:
-            parent = table.setdefault((parent, i), len(table))
-            keys.append(parent)
-        out.append(keys)
-    return out
 
 
 def test_real_head_of_trace_c() -> None:

@@ -21,7 +21,7 @@ import polars as pl
 
 from kvlab.core.validate import U64_MAX, check_int, check_real, check_u64
 from kvlab.traces.errors import TraceFormatError
-from kvlab.traces.textfile import is_gzip_name, iter_lines, parse_json_line
+from kvlab.traces.textfile import is_gzip_name, iter_records
 
 _U32_END = 2**32 - 1
 _BLANK_LINE = re.compile(rb"\n[ \t\r]*\n")
@@ -116,12 +116,7 @@ def _read_columnar(path: Path, fields: Sequence[Field]) -> tuple[pl.DataFrame, n
 def _read_by_line(path: Path, fields: Sequence[Field]) -> tuple[pl.DataFrame, np.ndarray]:
     columns: dict[str, list] = {f.name: [] for f in fields}
     lines: list[int] = []
-    for lineno, line in iter_lines(path):
-        if not line.strip():
-            continue
-        record = parse_json_line(path, lineno, line)
-        if not isinstance(record, dict):
-            raise TraceFormatError(path, lineno, f"expected a JSON object, got {type(record).__name__}")
+    for lineno, record in iter_records(path):
         for f in fields:
             columns[f.name].append(check_field(path, lineno, record, f))
         lines.append(lineno)

@@ -24,7 +24,7 @@ from kvlab.core.validate import U64_MAX, check_int, check_positive, check_real, 
 from kvlab.traces.chain import check_chained_keys
 from kvlab.traces.errors import TraceFormatError
 from kvlab.traces.sniff import Peek, TraceFormat, missing_field, provenance, stamp
-from kvlab.traces.textfile import check_trace_path, is_gzip_name, iter_lines, parse_json_line
+from kvlab.traces.textfile import check_trace_path, is_gzip_name, iter_records
 from kvlab.traces.trace import Trace
 
 #: Block size of the published Mooncake traces (repo README; FAST'25 appendix A.2).
@@ -155,12 +155,7 @@ def _load_by_line(path: Path, block_size: int) -> Trace:
     unknown: dict[str, int] = {}
     lines: list[int] = []
     last_ms = -math.inf
-    for lineno, line in iter_lines(path):
-        if not line.strip():
-            continue
-        record = parse_json_line(path, lineno, line)
-        if not isinstance(record, dict):
-            raise TraceFormatError(path, lineno, f"expected a JSON object, got {type(record).__name__}")
+    for lineno, record in iter_records(path):
         ts, n_in, n_out, ids = _check_record(path, lineno, record, block_size)
         if ts < last_ms:
             raise TraceFormatError(path, lineno, f"timestamp {ts} is earlier than the previous "

@@ -30,7 +30,7 @@ from kvlab.traces.chain import segment_block_keys
 from kvlab.traces.errors import TraceFormatError
 from kvlab.traces.jsonl_fields import Field, check_field, read_fields
 from kvlab.traces.sniff import Peek, TraceFormat, missing_field, provenance, stamp
-from kvlab.traces.textfile import check_trace_path, is_gzip_name, iter_lines, parse_json_line
+from kvlab.traces.textfile import check_trace_path, is_gzip_name, iter_records
 from kvlab.traces.trace import Trace, trusted_trace
 
 #: The components of ``hash_ids`` in prompt order → (component file stem, its id field, ``segment_kind``).
@@ -207,12 +207,7 @@ def _requests_by_line(path: Path) -> tuple[pl.DataFrame, np.ndarray]:
     """The line reader: every check names the file, line and field."""
     cols: dict[str, list] = {name: [] for name in ("ms", "input_length", "output_length", *COMPONENTS, "session_id")}
     lines, unknown = [], {}
-    for lineno, line in iter_lines(path):
-        if not line.strip():
-            continue
-        rec = parse_json_line(path, lineno, line)
-        if not isinstance(rec, dict):
-            raise TraceFormatError(path, lineno, f"expected a JSON object, got {type(rec).__name__}")
+    for lineno, rec in iter_records(path):
         for name in _FIELDS:
             if name not in rec:
                 raise TraceFormatError(path, lineno, f"missing field {name!r}")

@@ -65,10 +65,43 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
             for lineno, line in enumerate(fh, start=1):  # noqa: B007 - lineno used after the loop
                 yield lineno, line
     except UnicodeDecodeError as err:
-        raise TraceFormatError(path, lineno + 1, f"not UTF-8 text ({err.reason} at byte {err.start} of the "
-                               "line); a binary or compressed file? (.gz files are read compressed)") from None
+        line, byte, reason = _first_bad_utf8(path, opener, lineno + 1, err)
+        raise TraceFormatError(path, line, f"not UTF-8 text ({reason} at byte {byte} of the line); a binary "
+                               "or compressed file? (gzip files are read compressed)") from None
     except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError
         raise TraceFormatError(path, lineno + 1, f"cannot read: {err}") from None
+
+
+def _first_bad_utf8(path: Path, opener: object, fallback_line: int,
+                    err: UnicodeDecodeError) -> tuple[int, int, str]:
+    """``(1-based line, 0-based byte in the line, reason)`` of the first byte that is not UTF-8: the
+    text reader decodes in chunks, so its error knows neither (read again as bytes, on error only)."""
+    try:
+        with opener(path, "rb") as fh:
+            raw = fh.read().removeprefix(b"\xef\xbb\xbf")
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        start = raw.rfind(b"\n", 0, bad.start) + 1
+        return raw.count(b"\n", 0, bad.start) + 1, bad.start - start, bad.reason
+    except (OSError, EOFError):
+        pass
+    return fallback_line, err.start, err.reason
+
+
+def iter_records(path: Path) -> Iterator[tuple[int, dict]]:
+    """Yield ``(1-based line number, object)`` for every non-blank line of a JSON-lines file
+    (plain or gzip, :func:`iter_lines`).
+
+    Raises:
+        TraceFormatError: a line that is not JSON, or not a JSON object, naming file and line.
+    """
+    for lineno, line in iter_lines(path):
+        if not line.strip():
+            continue
+        record = parse_json_line(path, lineno, line)
+        if not isinstance(record, dict):
+            raise TraceFormatError(path, lineno, f"expected a JSON object, got {type(record).__name__}")
+        yield lineno, record
 
 
 def parse_json_line(path: Path, lineno: int, line: str) -> object:
