@@ -86,3 +86,31 @@ def test_loader_options_reach_the_loader(capsys) -> None:
     stats = json.loads(out)
     assert code == 0 and stats["format"] == "servegen" and stats["requests"] == 50
     assert stats["provenance"]["options"]["rate_per_s"] == 2.0 and stats["provenance"]["options"]["seed"] == 3
+
+
+def test_block_size_as_a_trace_option_or_a_flag(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 40, "output_length": 1, "hash_ids": [1, 2, 3]}\n')
+    for argv in (["--block-size", "16"], ["--trace-option", "block_size=16"],
+                 ["--block-size", "16", "--trace-option", "block_size=16"]):
+        code, out, _ = run(capsys, "info", str(path), "--json", *argv)
+        assert code == 0 and json.loads(out)["block_size"] == 16
+    code, _, err = run(capsys, "info", str(path), "--block-size", "16", "--trace-option", "block_size=32")
+    assert code == 2 and "--block-size 16 and --trace-option block_size=32 disagree" in err
+
+
+def test_detection_explains_empty_folders_and_pretty_printed_json(capsys, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    code, _, err = run(capsys, "info", str(tmp_path / "empty"))
+    assert code == 2 and err.endswith("empty: an empty folder: no trace files in it\n")
+    pretty = tmp_path / "p.json"
+    pretty.write_text(json.dumps([{"timestamp": 0, "input_length": 3, "output_length": 1, "hash_ids": [1]}], indent=2))
+    code, _, err = run(capsys, "info", str(pretty))
+    assert code == 2 and "mooncake (" in err
+    assert "looks like one JSON document over several lines (pretty-printed), not one JSON object per line" in err
+
+
+def test_python_misuse_is_a_value_error() -> None:
+    for bad in ({"path": None}, {"path": 42}, {"path": "synthetic", "format": FORMATS["mooncake"]}):
+        with pytest.raises(ValueError, match="must be a"):
+            load_trace(**bad)

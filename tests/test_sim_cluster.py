@@ -31,6 +31,7 @@ from kvlab.sim.cluster.prompts import PromptSource
 from kvlab.sim.cluster.timing import Roofline, StepBatch
 from kvlab.tiers.cost import fetch_time_s
 from kvlab.tiers.devices import get_device
+from kvlab.traces import Trace
 
 ROOF = Roofline()  # the default time model: Llama-3.1-8B on one H100-SXM
 
@@ -266,3 +267,20 @@ def test_coalescing_on_and_off_give_identical_frames():
     skip = {"config", "events", "wall_s", "simulated_requests_per_s"}
     a, b = on.summary.to_dict(), off.summary.to_dict()
     assert {k: v for k, v in a.items() if k not in skip} == {k: v for k, v in b.items() if k not in skip}
+
+
+def test_a_trace_of_full_blocks_only_keys_its_unkeyed_tail_per_request() -> None:
+    """kv-cache-tester keys full 64-token blocks only: engine blocks inside the keyed part follow the
+    trace keys (shared across requests), the ones past it are unique to their request."""
+    from kvlab.sim.cluster.prompts import PromptSource, output_block_key
+
+    frame = pl.DataFrame({"request_id": [0, 1], "arrival_s": [0.0, 1.0], "input_tokens": [150, 170],
+                          "output_tokens": [1, 1], "block_keys": [[5, 6], [5, 6]]})
+    trace = Trace(frame, block_size=64, partial_block_keyed=False)
+    src = PromptSource(trace, 16)
+    first, second = src.engine_keys(0), src.engine_keys(1)
+    assert len(first) == 150 // 16 and len(second) == 170 // 16
+    assert first[:8] == second[:8]  # 128 keyed tokens = 8 engine blocks, shared
+    assert first[8:] == [output_block_key(0, 8)]
+    assert second[8:] == [output_block_key(1, 8), output_block_key(1, 9)]
+    assert simulate(trace, ClusterConfig()).summary.completed_requests == 2

@@ -146,3 +146,12 @@ def test_hit_share_matches_the_expected_share() -> None:
     got = replay(s).summary.token_hit_ratio
     assert abs(got - expected) <= 6 * sigma + 1e-12, (got, expected, sigma)
     assert got == shared * (n - s.frame["prefix_id"].n_unique()) / inputs.sum()
+
+
+def test_a_trace_with_block_keys_is_refused_unless_replacing_is_asked_for() -> None:
+    keyed = Trace.from_arrays(np.arange(4, dtype=np.uint64), offsets=[0, 2, 4], input_tokens=[20, 20], block_size=16)
+    with pytest.raises(ValueError, match=r"has block keys of its own .*pass replace_keys=True"):
+        synthesize_prefix(keyed)
+    replaced = synthesize_prefix(keyed, shared_prefix_tokens=16, num_prefixes=1, replace_keys=True)
+    assert replaced.frame["block_keys"].to_list() == [[0, 1], [0, 2]]
+    assert "the input trace's own block keys were replaced by the model's" in replaced.provenance["notes"]

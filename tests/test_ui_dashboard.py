@@ -187,3 +187,16 @@ def test_prepare_page_renders_offline() -> None:
         alt.renderers.enable(active, **options)
     if importlib.util.find_spec("kvlab.viz.live") is not None:  # LiveChart's runtime already built
         assert importlib.import_module("kvlab.viz.live").vega_runtime.cache_info().currsize == 1
+
+
+def test_a_token_count_upload_is_explained_and_not_offered(dash: Dashboard) -> None:
+    trace, options = dash.trace, dash.picker.options
+    upload(dash, "azure.csv", b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n")
+    assert "azure.csv (azure-llm format) has arrivals and token counts only, no block keys" in dash.error.value
+    assert "kvlab-upload-" not in dash.error.value
+    assert dash.trace is trace and dash.picker.options == options
+
+
+def test_the_picker_offers_the_bundled_traces_with_block_keys(dash: Dashboard) -> None:
+    bundled = [value for label, value in dash.picker.options if label.endswith("(bundled)")]
+    assert bundled == ["conversation", "synthetic", "claude-code", "ragpulse"]

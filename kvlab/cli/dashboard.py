@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kvlab.paths import BUNDLED_TRACES
+from kvlab.paths import BUNDLED_TRACES, TOKEN_COUNT_TRACES
 
 #: Voilà's own default port.
 DEFAULT_PORT = 8866
@@ -87,8 +87,9 @@ def add_dashboard_parser(sub: argparse._SubParsersAction) -> None:
     dash = sub.add_parser("dashboard", help="serve the workshop dashboard (replay, tiers, cluster) as a web page "
                                             "on Voila")
     dash.add_argument("trace", nargs="?", default="conversation",
-                      help="the trace shown first: a file (Mooncake .jsonl[.gz] or kvlab .parquet), a bundled name ("
-                           + ", ".join(sorted(BUNDLED_TRACES)) + "; default conversation) or - for stdin; "
+                      help="the trace shown first: a file or folder with block keys (any format of kvlab formats), a "
+                           "bundled name (" + ", ".join(n for n in BUNDLED_TRACES if n not in TOKEN_COUNT_TRACES)
+                           + "; default conversation) or - for stdin; "
                            "the page can pick another or upload one")
     dash.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
     dash.add_argument("--ip", default="127.0.0.1",

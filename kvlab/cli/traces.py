@@ -49,6 +49,8 @@ def parse_key_values(text: str) -> dict[str, object]:
         key, sep, value = part.partition("=")
         if not sep or not key.strip():
             raise argparse.ArgumentTypeError(f"expected KEY=VALUE[,KEY=VALUE...], got {part!r} in {text!r}")
+        if key.strip() in out:
+            raise argparse.ArgumentTypeError(f"{key.strip()} given twice in {text!r}")
         out[key.strip()] = _scalar(value.strip())
     return out
 
@@ -89,8 +91,16 @@ def load_trace_from_args(args: argparse.Namespace) -> object:
 
     options: dict[str, object] = {}
     for group in args.trace_option:
-        options.update(group)
-    trace = load_trace_argument(args.trace, block_size=args.block_size, format=args.format, **options)
+        for key, value in group.items():
+            if key in options and options[key] != value:
+                raise ValueError(f"--trace-option {key} given twice ({options[key]!r}, {value!r})")
+            options[key] = value
+    if args.block_size is not None:
+        if options.get("block_size", args.block_size) != args.block_size:
+            raise ValueError(f"--block-size {args.block_size} and --trace-option block_size={options['block_size']} "
+                             "disagree")
+        options["block_size"] = args.block_size
+    trace = load_trace_argument(args.trace, format=args.format, **options)
     if args.synthesize_prefix is not None:
         from kvlab.traces import synthesize_prefix
 

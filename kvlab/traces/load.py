@@ -59,6 +59,8 @@ def detect_format(path: str | Path) -> TraceFormat:
             line and field that did not fit.
     """
     peek = Peek.of(path)
+    if Path(path).is_dir() and not peek.entries:
+        raise TraceFormatError(path, None, "an empty folder: no trace files in it")
     if peek.error is not None and peek.first_line is None and peek.lineno is not None:
         raise TraceFormatError(path, peek.lineno, peek.error)  # not text at all: no format can read it
     reasons = []
@@ -91,7 +93,8 @@ def load_trace(path: str | Path, *, format: str | None = None, **options: object
         TraceFormatError: no format fits (the message lists every format tried and the first
             line and field that did not fit), or the reader found a bad record (naming the file,
             line and field) or keys that are not prefix-chained.
-        ValueError: an unknown ``format``, or an option the format does not take.
+        ValueError: ``path`` not a str or Path, an unknown ``format``, or an option the format does
+            not take.
 
     Example:
         >>> load_trace("conversation").describe().requests
@@ -99,6 +102,10 @@ def load_trace(path: str | Path, *, format: str | None = None, **options: object
         >>> load_trace("conversation").provenance["variant"]
         "FAST'25 conversation trace"
     """
+    if not isinstance(path, (str, Path)):
+        raise ValueError(f"path must be a file or folder path (str or pathlib.Path), got {type(path).__name__}")
+    if format is not None and not isinstance(format, str):
+        raise ValueError(f"format must be a format name ({', '.join(FORMATS)}), got {type(format).__name__}")
     path = Path(path)
     if not path.exists():
         if str(path) in BUNDLED_TRACES:

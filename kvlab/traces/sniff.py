@@ -128,7 +128,11 @@ def missing_field(peek: Peek, required: Sequence[str], *, kind: str = "a JSON ob
     if peek.entries:
         return "a folder, not a file"
     if peek.error is not None:
-        return f"{peek.where()}: {peek.error}" if peek.lineno is not None else peek.error
+        hint = ""
+        if peek.first_line is not None and peek.first_line.strip() in ("{", "["):
+            hint = ("; the file looks like one JSON document over several lines (pretty-printed), not one "
+                    "JSON object per line")
+        return (f"{peek.where()}: {peek.error}" if peek.lineno is not None else peek.error) + hint
     if not isinstance(peek.record, dict):
         what = "not JSON" if peek.record is NOT_JSON else f"a JSON {type(peek.record).__name__}"
         return f"{peek.where()}: {what}, not {kind}"

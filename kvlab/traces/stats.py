@@ -17,7 +17,8 @@ class TraceStats:
     Token counts are in tokens, times in seconds, block counts in blocks. ``reused_blocks``
     counts distinct blocks referenced by more than one request (the share of blocks a cache could
     ever hit again; Mooncake's arXiv report: "over 50 % of cache blocks are never reused");
-    ``None`` for a trace without block identity, whose keys are placeholders; ``sessions`` is the
+    ``distinct_blocks`` and ``reused_blocks`` are ``None`` for a trace without block identity, whose
+    keys are placeholders; ``sessions`` is the
     number of distinct ``session_id`` values (``None`` without the column);
     ``format`` the reader (``provenance["format"]``, with the published file's name when known).
 
@@ -43,7 +44,7 @@ class TraceStats:
     output_tokens_max: int
     input_tokens_total: int
     block_refs: int
-    distinct_blocks: int
+    distinct_blocks: int | None
     reused_blocks: int | None
     max_blocks_per_request: int
 
@@ -53,7 +54,7 @@ class TraceStats:
 
     def __str__(self) -> str:
         reused = (f"{self.reused_blocks:,} of {self.distinct_blocks:,} "
-                  f"({self.reused_blocks / max(self.distinct_blocks, 1):.1%}) in more than one request"
+                  f"({self.reused_blocks / max(self.distinct_blocks or 0, 1):.1%}) in more than one request"
                   if self.block_identity else "— (no block identity: token counts only)")
         rows = [
             ("source", self.source),
@@ -103,6 +104,7 @@ def describe(trace: Trace) -> TraceStats:
         output_tokens_min=int(f["output_tokens"].min()), output_tokens_mean=float(f["output_tokens"].mean()),
         output_tokens_max=int(f["output_tokens"].max()),
         input_tokens_total=int(f["input_tokens"].cast(pl.UInt64).sum()),
-        block_refs=trace.block_refs, distinct_blocks=trace.distinct_blocks, reused_blocks=reused,
+        block_refs=trace.block_refs, distinct_blocks=trace.distinct_blocks if trace.block_identity else None,
+        reused_blocks=reused,
         max_blocks_per_request=int(blocks.max()),
     )

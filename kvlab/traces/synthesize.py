@@ -19,7 +19,7 @@ from dataclasses import replace
 import numpy as np
 import polars as pl
 
-from kvlab.core.validate import check_int, check_positive, check_real
+from kvlab.core.validate import check_flag, check_int, check_positive, check_real
 from kvlab.traces.arrays import trace_from_arrays
 from kvlab.traces.flat import intern_first_seen
 from kvlab.traces.synthetic import zipf_cdf, zipf_ranks
@@ -34,13 +34,14 @@ _UNIQUE = np.uint64(1 << 63)
 
 
 def synthesize_prefix(trace: Trace, *, shared_prefix_tokens: int = 512, num_prefixes: int = 100,
-                      zipf_alpha: float = 1.0, seed: int = 0, block_size: int | None = None) -> Trace:
+                      zipf_alpha: float = 1.0, seed: int = 0, block_size: int | None = None,
+                      replace_keys: bool = False) -> Trace:
     """``trace``'s requests (arrivals, lengths, ids, other columns but ``token_ids``, which the
     model would contradict) with block keys from the synthetic sharing model of this module's
     docstring, and block identity.
 
     Args:
-        trace: any trace (its block keys are replaced; typically one without block identity).
+        trace: a trace without block identity (Azure, Vidur CSV), or any trace with ``replace_keys``.
         shared_prefix_tokens: tokens of a request's prompt taken from its shared prefix (≥ 1;
             shorter prompts are all prefix). The defaults (what ``--synthesize-prefix`` with no
             parameters runs: 512 tokens, 100 prefixes, Zipf 1.0, seed 0) are illustrative, fitted
@@ -49,6 +50,8 @@ def synthesize_prefix(trace: Trace, *, shared_prefix_tokens: int = 512, num_pref
         zipf_alpha: Zipf exponent of the prefixes' popularity (≥ 0; 0 = uniform).
         seed: the draws' seed (``numpy.random.default_rng(seed)``; an int ≥ 0).
         block_size: tokens per block of the new keys (``None``: the trace's).
+        replace_keys: allow a trace with block identity, whose own keys are then replaced (a
+            mistake unless meant: the real sharing is thrown away).
 
     Returns:
         A :class:`Trace` with ``block_identity=True``, ``partial_block_keyed=True``
@@ -58,12 +61,13 @@ def synthesize_prefix(trace: Trace, *, shared_prefix_tokens: int = 512, num_pref
         its parameters under ``synthetic_prefix`` and a note.
 
     Raises:
-        ValueError: a parameter out of range or of the wrong type (naming it), not a Trace, or
+        ValueError: a parameter out of range or of the wrong type (naming it), not a Trace, a trace
+            with block identity without ``replace_keys=True``, or
             a model too large to key (``num_prefixes × blocks per prefix × (block_size + 1) ≥ 2**62``).
 
     Example:
         >>> t = Trace.from_arrays(list(range(7)), offsets=[0, 3, 6, 7], input_tokens=[40, 40, 10], block_size=16)
-        >>> s = synthesize_prefix(t, shared_prefix_tokens=32, num_prefixes=1)
+        >>> s = synthesize_prefix(t, shared_prefix_tokens=32, num_prefixes=1, replace_keys=True)
         >>> s.frame["block_keys"].to_list()  # blocks 0-1 shared; block 2 straddles: unique; 10 tokens: partial
         [[0, 1, 2], [0, 1, 3], [4]]
         >>> s.source
@@ -71,6 +75,9 @@ def synthesize_prefix(trace: Trace, *, shared_prefix_tokens: int = 512, num_pref
     """
     if not isinstance(trace, Trace):
         raise ValueError(f"trace must be a kvlab Trace, got {type(trace).__name__}")
+    if trace.block_identity and not check_flag("replace_keys", replace_keys):
+        raise ValueError(f"trace {trace.source!r} has block keys of its own (block identity): synthesize_prefix would "
+                         "replace its real sharing with the model's; pass replace_keys=True to do that on purpose")
     shared = check_positive("shared_prefix_tokens", shared_prefix_tokens)
     num_prefixes = check_positive("num_prefixes", num_prefixes)
     zipf_alpha = float(check_real("zipf_alpha", zipf_alpha, low=0.0))

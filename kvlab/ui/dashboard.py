@@ -325,6 +325,12 @@ class Dashboard:
         except (ValueError, OSError) as err:
             self._show_error(str(err).replace(str(folder) + "/", ""))
             return
+        if not trace.block_identity:  # the panels replay caches: nothing to show (and not offered)
+            self._show_error(f"{path.name} ({trace.provenance.get('format', 'token counts')} format) has arrivals and "
+                             "token counts only, no block keys, so these cache panels have nothing to replay. "
+                             "Run it through the timed cluster (kvlab simulate) or give it a synthetic sharing "
+                             "model (kvlab.traces.synthesize_prefix) in a notebook.")
+            return
         key = f"upload {self._uploads}: {path.name}"
         self._sources[key] = lambda: trace
         self._loaded[key] = trace

@@ -71,11 +71,12 @@ def engine_block_keys(trace_keys: np.ndarray, input_tokens: int, trace_block_siz
 
 
 def output_block_key(request_index: int, block_index: int) -> int:
-    """The engine key of a request's ``block_index``-th block once output tokens fill it.
+    """The engine key of a request's ``block_index``-th block when its tokens are unique to the
+    request: output tokens, or the prompt's trailing tokens a trace keys no block for (traces of
+    full blocks only, e.g. kv-cache-tester).
 
-    Output tokens are unique to their request (the trace gives them no identity), so the key
-    mixes the request's index, the block's position and a salt: never a prompt key, never
-    another request's.
+    The trace gives such tokens no identity, so the key mixes the request's index, the block's
+    position and a salt: never a key of a keyed prompt block, never another request's.
 
     >>> output_block_key(0, 3) != output_block_key(1, 3)
     True
@@ -129,12 +130,20 @@ class PromptSource:
         self._keys = trace.frame["block_keys"].to_list()
         self._inputs = trace.frame["input_tokens"].to_list()
         self._request_keys: dict[int, int] = {}
+        self._partial_keyed = trace.partial_block_keyed
         self._tokens = trace.frame["token_ids"] if "token_ids" in trace.frame.columns else None
 
     def engine_keys(self, i: int) -> list[int]:
-        """The engine keys (ints) of request ``i``'s full prompt blocks."""
+        """The engine keys (ints) of request ``i``'s full prompt blocks. Where the trace keys full
+        blocks only, the engine blocks past its last keyed token are unique to the request
+        (:func:`output_block_key`)."""
         keys = np.asarray(self._keys[i], dtype=np.uint64)
-        return engine_block_keys(keys, self._inputs[i], self.trace_block_size, self.block_size).tolist()
+        tokens = self._inputs[i]
+        if self._partial_keyed:
+            return engine_block_keys(keys, tokens, self.trace_block_size, self.block_size).tolist()
+        covered = min(tokens, len(keys) * self.trace_block_size)
+        shared = engine_block_keys(keys, covered, self.trace_block_size, self.block_size).tolist()
+        return shared + [output_block_key(i, b) for b in range(len(shared), tokens // self.block_size)]
 
     def token_ids(self, i: int) -> np.ndarray:
         """Request ``i``'s prompt tokens (uint32), from the trace's ``token_ids``.
