@@ -35,9 +35,11 @@ chromium:
 lint: $(STAMP)
 	$(BIN)/ruff check kvlab tests benchmarks
 
-## make test — lint first, then unit, property, golden and doctest suites plus every notebook (smoke mode)
+## make test — lint first, then unit, property, golden and doctest suites plus every notebook (smoke mode;
+## 01 and 06 run in JupyterLab under the browser test, tests/test_browser.py, rather than twice)
 test: lint $(STAMP) redis-server chromium
-	KVLAB_SMOKE=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/python -m pytest -q --nbmake --nbmake-timeout=300 tests kvlab notebooks
+	KVLAB_SMOKE=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/python -m pytest -q --nbmake --nbmake-timeout=300 \
+		--ignore=notebooks/01_quickstart.ipynb --ignore=notebooks/06_tiers.ipynb tests kvlab notebooks
 
 ## make bench — every benchmark (benchmarks/bench_*.py) against its named anchor, then a table of every target met/missed; exit 1 if any missed or crashed. JSON in out/bench/; one or some: make bench ONLY="replay hashing"
 bench: $(STAMP)

@@ -80,6 +80,18 @@ def test_make_test_needs_chromium_and_never_downloads_browsers() -> None:
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_every_notebook_runs_once_in_make_test() -> None:
+    """A notebook left out of nbmake (``--ignore``) is run by the browser test instead, and no other."""
+    import re
+
+    done = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    ignored = set(re.findall(r"--ignore=notebooks/(\S+\.ipynb)", done.stdout))
+    browser = (ROOT / "tests" / "test_browser.py").read_text()
+    assert ignored and all(f'"{name}"' in browser for name in ignored)
+    assert all((ROOT / "notebooks" / name).is_file() for name in ignored)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_dashboard_serves_the_conversation_trace(tmp_path: Path) -> None:
     """Issue 18 item 3: `make dashboard` runs `kvlab dashboard conversation` (as root too: Voilà
     needs no --allow-root), with its `## make dashboard — ...` comment as the other targets."""
