@@ -114,3 +114,11 @@ def test_python_misuse_is_a_value_error() -> None:
     for bad in ({"path": None}, {"path": 42}, {"path": "synthetic", "format": FORMATS["mooncake"]}):
         with pytest.raises(ValueError, match="must be a"):
             load_trace(**bad)
+
+
+def test_synthesize_prefix_refuses_real_keys_unless_asked(capsys) -> None:
+    code, _, err = run(capsys, "replay", "synthetic", "--synthesize-prefix")
+    assert code == 2 and "has block keys of its own" in err and "replace_keys=True" in err
+    code, out, _ = run(capsys, "replay", "synthetic", "--synthesize-prefix", "replace_keys=true,num_prefixes=3",
+                       "--json")
+    assert code == 0 and "synthesize_prefix(shared_prefix_tokens=512, num_prefixes=3" in json.loads(out)["source"]

@@ -23,7 +23,10 @@ def positive_int(text: str) -> int:
 
 
 def _scalar(text: str) -> object:
-    """``"3"`` → 3, ``"0.5"`` → 0.5, anything else stays a string."""
+    """``"3"`` → 3, ``"0.5"`` → 0.5, ``"true"``/``"false"`` (any case) → a bool, anything else stays a
+    string."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
     for kind in (int, float):
         try:
             return kind(text.replace("_", ""))
@@ -39,8 +42,8 @@ def parse_key_values(text: str) -> dict[str, object]:
         argparse.ArgumentTypeError: a part without ``=`` or with an empty name.
 
     Example:
-        >>> parse_key_values("rate_per_s=2.5,seed=7")
-        {'rate_per_s': 2.5, 'seed': 7}
+        >>> parse_key_values("rate_per_s=2.5,seed=7,replace_keys=true")
+        {'rate_per_s': 2.5, 'seed': 7, 'replace_keys': True}
     """
     out: dict[str, object] = {}
     for part in (p.strip() for p in text.split(",")):
