@@ -26,16 +26,14 @@ from pathlib import Path
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).parent))
+from kvlab.paths import bundled_trace_path  # noqa: E402
 from kvlab.sim.cluster import simulate  # noqa: E402
 from kvlab.traces import load_trace  # noqa: E402
 from report import exit_unless_met, machine_info, write_report  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
-if not DATA.is_dir():
-    DATA = Path("/work/shared/data/traces")
-FILES = {"azure": (DATA / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv",
+FILES = {"azure": (bundled_trace_path("azure-conv"),  # the bundled gzip copies: both sides decompress
                    {"TIMESTAMP": pl.String, "ContextTokens": pl.Int64, "GeneratedTokens": pl.Int64}),
-         "vidur": (DATA / "vidur-splitwise" / "splitwise_conv.csv",
+         "vidur": (bundled_trace_path("splitwise-conv"),
                    {"arrived_at": pl.Float64, "num_prefill_tokens": pl.Int64, "num_decode_tokens": pl.Int64})}
 LOAD_TARGET_CPU_S = 1.0
 SIMULATE_TARGET_CPU_S = 30.0

@@ -11,7 +11,7 @@ Each file is read by both paths of :mod:`kvlab.traces.jsonl_fields`, interleaved
 fast path (a plain file) and the line-by-line path (the same records after one blank line),
 CPU time by ``time.process_time``, best of ``--repeats``.
 
-    PYTHONPATH=$PWD python benchmarks/bench_trace_loaders.py [--scale 0.1]
+    PYTHONPATH=$PWD python benchmarks/bench_trace_loaders.py [--scale 0.1] [--out FILE]
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=OUT, help=f"the JSON report (default {OUT})")
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,9 +111,9 @@ def main() -> None:
                              "provenance": {k: v for k, v in trace.provenance.items() if k not in ("path", "notes")}}
             print(f"{name}: {len(trace):,} requests, {trace.block_refs:,} refs, {plain.stat().st_size / 1e6:.1f} MB: "
                   f"columnar {min(fast):.2f} s CPU, line by line {min(slow):.2f} s CPU")
-    write_report(OUT, {"benchmark": "trace_loaders", "scale": args.scale, "machine": machine_info(),
-                       "results": results})
-    print(f"report: {OUT}")
+    write_report(args.out, {"benchmark": "trace_loaders", "scale": args.scale, "machine": machine_info(),
+                            "results": results})
+    print(f"report: {args.out}")
 
 
 if __name__ == "__main__":

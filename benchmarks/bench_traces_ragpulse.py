@@ -8,37 +8,43 @@ less. Also ``replay_segments`` (prefix vs segment reuse, unbounded) on the loade
 (numba compiled or cached). No target (report).
 
 Usage: ``python benchmarks/bench_traces_ragpulse.py --out out/bench/bench_traces_ragpulse.json``
-(``--path`` the RAGPulse folder; default the shared sample).
+(``--path`` the RAGPulse folder; default the bundled copy).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 import time
 from pathlib import Path
 
 from kvlab.blend import replay_segments
+from kvlab.paths import bundled_trace_path  # noqa: E402
 from kvlab.traces import load_ragpulse
 
 sys.path.insert(0, str(Path(__file__).parent))
 from report import exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 REPEATS = 3
-SAMPLE = Path("/work/shared/data/traces/ragpulse")
+SAMPLE = bundled_trace_path("ragpulse")  # the upstream files, gzip-compressed
+
+
+def _open(path: Path) -> object:
+    return gzip.open(path, "rt") if path.suffix == ".gz" else path.open()
 
 
 def plain_python(folder: Path) -> list[tuple[float, list[int], list[int]]]:
     """The anchor: every line parsed with ``json``; (ms, segment ids, segment tokens) per request in arrival order."""
     lengths = {}
-    for path in folder.glob("[1-5]_*.jsonl"):
-        for line in path.open():
+    for path in sorted(folder.glob("[1-5]_*.jsonl*")):  # plain or .gz, as the loader reads them
+        for line in _open(path):
             if line.strip():
                 rec = json.loads(line)
                 lengths[next(v for k, v in rec.items() if k.endswith("_id"))] = rec["token_length"]
     rows = []
-    for line in (folder / "0_trace.jsonl").open():
+    for line in _open(next(folder.glob("0_trace.jsonl*"))):
         if line.strip():
             rec = json.loads(line)
             ids = [i for seg in rec["hash_ids"].values() for i in seg]

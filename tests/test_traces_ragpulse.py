@@ -11,11 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvlab.paths import bundled_trace_path
 from kvlab.traces import TraceFormatError, detect_format, load_ragpulse, load_trace
 from kvlab.traces.chain import segment_block_keys
 from kvlab.traces.ragpulse import COMPONENTS
 
-SAMPLE = Path("/work/shared/data/traces/ragpulse")
+SAMPLE = bundled_trace_path("ragpulse")  # the upstream files, gzip-compressed (data/README.md)
 EMPTY_IDS = {c: [] for c in COMPONENTS}
 #: id → (component, token_length) of the small folders
 LENGTHS = {1: ("sys_prompt", 20), 2: ("sys_prompt", 7), 10: ("passages_ids", 12), 11: ("passages_ids", 5),
@@ -248,7 +249,6 @@ def test_segment_block_keys_refuses_short_prompts() -> None:
 
 # -- the published sample -----------------------------------------------------------------------
 
-@pytest.mark.skipif(not SAMPLE.is_dir(), reason="RAGPulse sample not available")
 def test_the_published_sample() -> None:
     trace = load_trace(SAMPLE)
     assert trace.provenance["format"] == "ragpulse" and trace.block_size == 16

@@ -12,15 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvlab.paths import bundled_trace_path
 from kvlab.traces import FORMATS, TraceFormatError, detect_format, load_azure_llm, load_trace, load_vidur
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
 VIDUR_HEADER = "arrived_at,num_prefill_tokens,num_decode_tokens"
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"  # shared/ beside the repository
-if not DATA.is_dir():  # a worktree under /work/wt
-    DATA = Path("/work/shared/data/traces")
-AZURE_REAL = DATA / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
-VIDUR_REAL = DATA / "vidur-splitwise" / "splitwise_conv.csv"
+AZURE_REAL = bundled_trace_path("azure-conv")  # the upstream files, gzip-compressed (data/README.md)
+VIDUR_REAL = bundled_trace_path("splitwise-conv")
 
 
 def write(tmp_path: Path, text: str, name: str = "t.csv") -> Path:
@@ -226,7 +224,6 @@ def test_written_and_reread_trace_is_the_same(tmp_path_factory: pytest.TempPathF
     assert back.same_as(trace) and not back.block_identity
 
 
-@pytest.mark.skipif(not AZURE_REAL.is_file() or not VIDUR_REAL.is_file(), reason="real traces not available")
 def test_the_real_azure_and_vidur_files_agree() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no column left unloaded, nothing reordered
