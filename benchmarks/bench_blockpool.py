@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -32,18 +30,12 @@ from kvlab.traces import load_trace
 
 sys.path.insert(0, str(Path(__file__).parent))
 from dictlist_pool import DictListPool, replay_dictlist  # noqa: E402
-from report import machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
+from report import cpu_call, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 CAPACITY_BLOCKS = 10_000
 OPS_ROUNDS = 3_000
 OPS_BLOCKS = 16
 
-
-def timed(fn: Callable[[], object]) -> tuple[float, object]:
-    """CPU seconds of one call of ``fn``, and its result."""
-    start = time.process_time()
-    out = fn()
-    return time.process_time() - start, out
 
 
 def kvlab_pool_ops() -> int:
@@ -86,16 +78,16 @@ def main() -> None:
     refs = trace.block_refs
     requests = list(zip(trace.frame["input_tokens"].to_list(), full_block_keys(trace)))
     replay(trace, capacity_blocks=CAPACITY_BLOCKS, mode="vllm", free_order="classic")  # compile
-    kvlab_s, engine = timed(lambda: replay_requests(trace, capacity_blocks=CAPACITY_BLOCKS, free_order="classic"))
-    anchor_s, anchor_hits = timed(lambda: replay_dictlist(requests, CAPACITY_BLOCKS, trace.block_size))
-    kernel_s, kernel = timed(lambda: replay(trace, capacity_blocks=CAPACITY_BLOCKS, mode="vllm",
+    kvlab_s, engine = cpu_call(lambda: replay_requests(trace, capacity_blocks=CAPACITY_BLOCKS, free_order="classic"))
+    anchor_s, anchor_hits = cpu_call(lambda: replay_dictlist(requests, CAPACITY_BLOCKS, trace.block_size))
+    kernel_s, kernel = cpu_call(lambda: replay(trace, capacity_blocks=CAPACITY_BLOCKS, mode="vllm",
                                             free_order="classic"))
     kernel_hits = kernel.requests["hit_blocks"].to_numpy()
     engine_hits = engine.requests["hit_blocks"].to_numpy()
     if not (np.array_equal(engine_hits, kernel_hits) and engine_hits.tolist() == anchor_hits):
         raise AssertionError("engine, anchor and kernel disagree on per-request hits")
-    ops_kvlab_s, num_ops = timed(kvlab_pool_ops)
-    ops_anchor_s, _ = timed(dictlist_pool_ops)
+    ops_kvlab_s, num_ops = cpu_call(kvlab_pool_ops)
+    ops_anchor_s, _ = cpu_call(dictlist_pool_ops)
     results = {
         "engine_replay": {
             "trace": "mooncake conversation", "block_refs": refs, "capacity_blocks": CAPACITY_BLOCKS,

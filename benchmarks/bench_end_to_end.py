@@ -26,7 +26,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,7 +40,7 @@ from kvlab.traces import Trace, load_trace
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lcs_anchor import replay_lcs, write_oracle_ids  # noqa: E402
-from report import exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
+from report import cpu_call, exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 TARGET = 5.0
 REPEATS = 3
@@ -78,18 +77,12 @@ def mooncake_ids(path: Path) -> np.ndarray:
     return np.array(ids, dtype=np.uint64)
 
 
-def cpu(fn: Callable[[], object]) -> tuple[float, object]:
-    start = time.process_time()
-    value = fn()
-    return time.process_time() - start, value
-
-
 def kvlab_parts(build: Callable[[], Trace], config: ReplayConfig) -> dict[str, float]:
     """CPU seconds of each part of one end-to-end run, timed one after another."""
-    build_s, trace = cpu(build)
-    flat_s, _ = cpu(lambda: trace.flat)
-    kernel_s, run = cpu(lambda: run_kernel(trace, config))
-    frames_s, _ = cpu(lambda: result_of(trace, config, run))
+    build_s, trace = cpu_call(build)
+    flat_s, _ = cpu_call(lambda: trace.flat)
+    kernel_s, run = cpu_call(lambda: run_kernel(trace, config))
+    frames_s, _ = cpu_call(lambda: result_of(trace, config, run))
     return {"build_s": build_s, "flat_s": flat_s, "kernel_s": kernel_s, "frames_and_summary_s": frames_s}
 
 
@@ -103,14 +96,14 @@ def compare(name: str, build: Callable[[], Trace], lcs_ids: Callable[[], np.ndar
         return 1.0 - kvlab.replay(build(), config).summary.block_hit_ratio
 
     def lcs_side() -> tuple[float, float]:
-        write_s, _ = cpu(lambda: write_oracle_ids(lcs_ids(), path))
+        write_s, _ = cpu_call(lambda: write_oracle_ids(lcs_ids(), path))
         return write_s, replay_lcs(path, "lru", capacity)[0]
 
     kvlab.replay(build().head(1000), config)  # compile outside the timing
     k_times, l_times, l_write = [], [], []
     for _ in range(REPEATS):  # interleaved
-        k_s, k_miss = cpu(kvlab_side)
-        l_s, (w_s, l_miss) = cpu(lcs_side)
+        k_s, k_miss = cpu_call(kvlab_side)
+        l_s, (w_s, l_miss) = cpu_call(lcs_side)
         k_times.append(k_s)
         l_times.append(l_s)
         l_write.append(w_s)

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -29,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from kvlab.paths import bundled_trace_path  # noqa: E402
 from kvlab.sim.cluster import simulate  # noqa: E402
 from kvlab.traces import load_trace  # noqa: E402
-from report import exit_unless_met, machine_info, write_report  # noqa: E402
+from report import cpu_call, exit_unless_met, machine_info, write_report  # noqa: E402
 
 FILES = {"azure": (bundled_trace_path("azure-conv"),  # the bundled gzip copies: both sides decompress
                    {"TIMESTAMP": pl.String, "ContextTokens": pl.Int64, "GeneratedTokens": pl.Int64}),
@@ -38,12 +36,6 @@ FILES = {"azure": (bundled_trace_path("azure-conv"),  # the bundled gzip copies:
 LOAD_TARGET_CPU_S = 1.0
 SIMULATE_TARGET_CPU_S = 30.0
 
-
-def cpu(fn: Callable[[], object]) -> tuple[float, object]:
-    """CPU seconds of ``fn()`` and its value."""
-    start = time.process_time()
-    value = fn()
-    return time.process_time() - start, value
 
 
 def main() -> None:
@@ -57,14 +49,14 @@ def main() -> None:
     for name, (path, schema) in FILES.items():
         ours, anchor = [], []
         for _ in range(args.repeats):  # interleaved: kvlab, then the anchor
-            ours.append(cpu(lambda p=path: load_trace(p).flat)[0])
-            anchor.append(cpu(lambda p=path, s=schema: pl.read_csv(p, schema=s))[0])
+            ours.append(cpu_call(lambda p=path: load_trace(p).flat)[0])
+            anchor.append(cpu_call(lambda p=path, s=schema: pl.read_csv(p, schema=s))[0])
         trace = load_trace(path)
         loads[name] = {"path": str(path), "requests": len(trace), "block_refs": trace.block_refs,
                        "load_cpu_s": min(ours), "polars_read_csv_cpu_s": min(anchor),
                        "ratio_to_polars": min(ours) / min(anchor) if min(anchor) > 0 else None}
     head = load_trace(FILES["azure"][0]).head(args.requests)
-    sim_cpu, result = cpu(lambda: simulate(head))
+    sim_cpu, result = cpu_call(lambda: simulate(head))
     s = result.summary
     simulated = {"requests": s.requests, "completed": s.completed_requests, "cpu_s": sim_cpu,
                  "wall_s": s.wall_s, "ttft_p50_s": s.ttft_p50_s, "ttft_p99_s": s.ttft_p99_s,

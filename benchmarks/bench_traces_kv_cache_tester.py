@@ -16,12 +16,11 @@ import gzip
 import json
 import os
 import statistics
-import time
 from pathlib import Path
 
 from kvlab.paths import bundled_trace_path
 from kvlab.traces import load_trace
-from report import exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
+from report import cpu_call, exit_unless_met, machine_info, write_report  # noqa: E402 - benchmarks/ is on sys.path
 
 TARGET_RATIO = 3.0
 SAMPLE = "shared/data/traces/kv-cache-tester-weka-claude-code-sample"
@@ -34,12 +33,6 @@ def sample_folder() -> Path:
         if (parent / SAMPLE).is_dir():
             return parent / SAMPLE
     return bundled_trace_path("claude-code")
-
-
-def cpu(fn: object) -> float:
-    start = time.process_time()
-    fn()
-    return time.process_time() - start
 
 
 def main() -> None:
@@ -59,8 +52,8 @@ def main() -> None:
     load_before = os.getloadavg()
     times: dict[str, list[float]] = {"load_trace": [], "json_loads": []}
     for _ in range(args.rounds):
-        times["load_trace"].append(cpu(lambda: load_trace(folder)))
-        times["json_loads"].append(cpu(parse))
+        times["load_trace"].append(cpu_call(lambda: load_trace(folder))[0])
+        times["json_loads"].append(cpu_call(parse)[0])
     load_after = os.getloadavg()
     load, anchor = statistics.median(times["load_trace"]), statistics.median(times["json_loads"])
     met = load / anchor <= TARGET_RATIO

@@ -64,6 +64,13 @@ def exit_unless_met(met: bool | dict[str, bool], out: Path) -> None:
         raise SystemExit(1)
 
 
+def cpu_call(fn: Callable[[], object]) -> tuple[float, object]:
+    """CPU seconds (``time.process_time``) of one call of ``fn``, and its value."""
+    start = time.process_time()
+    value = fn()
+    return time.process_time() - start, value
+
+
 def best_of(fn: Callable[[], object], repeats: int, clock: Callable[[], float] = time.perf_counter) -> float:
     """Best time of ``repeats`` calls of ``fn``, seconds: wall time, or ``clock``'s
     (``time.process_time``: CPU time, steadier on a shared machine)."""
